@@ -1,0 +1,42 @@
+# Two commands a newcomer needs: `make run` and `make test`. Both create .venv if missing.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint typecheck pytest proofs bench docs clean
+
+# torch is pinned to the CPU wheel first (a plain `torch` would pull a multi-GB CUDA build);
+# the project's own requirement range is then already satisfied.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -e ".[dev,docs]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/cvfl verify
+
+test: $(STAMP) lint typecheck pytest proofs
+
+lint: $(STAMP)
+	$(BIN)/ruff check cvfl_theory cvfl_sim proofs_checks tests benchmarks docs
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+proofs: $(STAMP)
+	$(BIN)/python -m proofs_checks
+
+bench: $(STAMP)
+	@for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; echo; done
+
+docs: $(STAMP)
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+
+clean:
+	rm -rf $(VENV) docs/_build docs/auto_examples .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,178 @@
+r"""Bit-exact packing of unsigned integers, IEEE floats and flags (MSB first).
+
+The wire formats of :mod:`cvfl_theory.protocols` and :mod:`cvfl_theory.compressors` are built from
+these two classes, so a payload of :math:`\beta` bits occupies exactly :math:`\beta` bits of the
+message (K3.1); only the header, checksum and the final padding to whole bytes are framing.
+
+Fields whose width is a multiple of 8 written at a byte boundary take a fast path (plain big-endian
+bytes); everything else is packed bit by bit, vectorised in chunks.
+
+Examples
+--------
+>>> w = BitWriter()
+>>> w.write_uint([5, 0, 3], width=3)
+>>> w.write_floats(np.array([1.5], dtype=np.float32), r=32)
+>>> w.nbits
+41
+>>> r = BitReader(w.getvalue())
+>>> r.read_uint(3, width=3).tolist(), r.read_floats(1, r=32).tolist()
+([5, 0, 3], [1.5])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+__all__ = ["BitWriter", "BitReader", "FLOAT_DTYPES", "float_dtype"]
+
+FLOAT_DTYPES: dict[int, np.dtype] = {16: np.dtype(">f2"), 32: np.dtype(">f4"), 64: np.dtype(">f8")}
+_UINT_BE: dict[int, np.dtype] = {8: np.dtype(">u1"), 16: np.dtype(">u2"), 32: np.dtype(">u4"), 64: np.dtype(">u8")}
+_CHUNK = 1 << 16
+
+
+def float_dtype(r: int) -> np.dtype:
+    """Return the big-endian IEEE dtype of ``r`` bits (16, 32 or 64)."""
+    try:
+        return FLOAT_DTYPES[int(r)]
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"r must be one of 16, 32, 64 (bits per float), got {r!r}") from None
+
+
+def _uint_bits(values: np.ndarray, width: int) -> np.ndarray:
+    """Expand ``values`` into a flat 0/1 ``uint8`` array, ``width`` bits each, MSB first."""
+    shifts = np.arange(width - 1, -1, -1, dtype=np.uint64)
+    out = np.empty(values.size * width, dtype=np.uint8)
+    for start in range(0, values.size, _CHUNK):
+        block = values[start : start + _CHUNK]
+        bits = (block[:, None] >> shifts) & np.uint64(1)
+        out[start * width : (start + block.size) * width] = bits.ravel()
+    return out
+
+
+class BitWriter:
+    """Append fields to a bit string; :meth:`getvalue` pads with zeros to whole bytes."""
+
+    def __init__(self) -> None:
+        self._segments: list[tuple[bool, np.ndarray]] = []  # (is_bytes, data)
+        self.nbits = 0
+
+    def _append_bits(self, bits: np.ndarray) -> None:
+        if bits.size:
+            self._segments.append((False, bits.astype(np.uint8, copy=False)))
+            self.nbits += int(bits.size)
+
+    def _append_bytes(self, raw: np.ndarray) -> None:
+        if raw.size:
+            self._segments.append((True, raw))
+            self.nbits += 8 * int(raw.size)
+
+    def write_uint(self, values: Iterable[int] | np.ndarray, width: int) -> None:
+        """Write unsigned integers of ``width`` bits each (``0 <= width <= 64``).
+
+        Raises
+        ------
+        ValueError
+            If a value does not fit in ``width`` bits.
+        """
+        v = np.asarray(values, dtype=np.uint64).ravel()
+        if not 0 <= width <= 64:
+            raise ValueError(f"width must be in [0, 64], got {width}")
+        if width == 0 or v.size == 0:
+            if width == 0 and v.size and v.max() != 0:
+                raise ValueError("a value does not fit in 0 bits")
+            return
+        if width < 64 and v.size and int(v.max()) >> width:
+            raise ValueError(f"value {int(v.max())} does not fit in {width} bits")
+        if width in _UINT_BE and self.nbits % 8 == 0:
+            self._append_bytes(np.frombuffer(v.astype(_UINT_BE[width]).tobytes(), np.uint8))
+        else:
+            self._append_bits(_uint_bits(v, width))
+
+    def write_floats(self, values: np.ndarray, r: int) -> None:
+        """Write floats as IEEE ``r``-bit patterns (values are cast to that precision)."""
+        dt = float_dtype(r)
+        raw = np.frombuffer(np.asarray(values).astype(dt).tobytes(), np.uint8)
+        if self.nbits % 8 == 0:
+            self._append_bytes(raw)
+        else:
+            self._append_bits(np.unpackbits(raw))
+
+    def write_flags(self, flags: np.ndarray) -> None:
+        """Write a boolean array, one bit per element."""
+        self._append_bits(np.asarray(flags, dtype=bool).astype(np.uint8).ravel())
+
+    def getvalue(self) -> bytes:
+        """Return the bits packed into bytes, zero-padded at the end."""
+        if all(is_bytes for is_bytes, _ in self._segments):
+            return b"".join(seg.tobytes() for _, seg in self._segments)
+        parts = [np.unpackbits(seg) if is_bytes else seg for is_bytes, seg in self._segments]
+        bits = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+        return np.packbits(bits).tobytes()
+
+
+class BitReader:
+    """Read fields written by :class:`BitWriter`, in the same order.
+
+    Raises
+    ------
+    ValueError
+        When a read runs past the end of the data (a truncated message).
+    """
+
+    def __init__(self, data: bytes, start_bit: int = 0) -> None:
+        self._buf = np.frombuffer(data, np.uint8)
+        self.pos = start_bit
+
+    @property
+    def nbits(self) -> int:
+        """Total number of bits available."""
+        return 8 * int(self._buf.size)
+
+    def _take_bits(self, n: int) -> np.ndarray:
+        if self.pos + n > self.nbits:
+            raise ValueError(
+                f"message truncated: needed {n} more bits at bit {self.pos}, have {self.nbits}"
+            )
+        first, last = self.pos // 8, (self.pos + n + 7) // 8
+        bits = np.unpackbits(self._buf[first:last])
+        off = self.pos - 8 * first
+        self.pos += n
+        return bits[off : off + n]
+
+    def _take_bytes(self, n: int) -> np.ndarray:
+        if self.pos + 8 * n > self.nbits:
+            raise ValueError(
+                f"message truncated: needed {8 * n} more bits at bit {self.pos}, have {self.nbits}"
+            )
+        b = self._buf[self.pos // 8 : self.pos // 8 + n]
+        self.pos += 8 * n
+        return b
+
+    def read_uint(self, count: int, width: int) -> np.ndarray:
+        """Read ``count`` unsigned integers of ``width`` bits; returns ``uint64``."""
+        if width == 0 or count == 0:
+            return np.zeros(count, np.uint64)
+        if width in _UINT_BE and self.pos % 8 == 0:
+            raw = self._take_bytes(count * width // 8)
+            return np.frombuffer(raw.tobytes(), _UINT_BE[width]).astype(np.uint64)
+        bits = self._take_bits(count * width).reshape(count, width).astype(np.uint64)
+        shifts = np.arange(width - 1, -1, -1, dtype=np.uint64)
+        out = np.zeros(count, np.uint64)
+        for col in range(width):
+            out |= bits[:, col] << shifts[col]
+        return out
+
+    def read_floats(self, count: int, r: int) -> np.ndarray:
+        """Read ``count`` IEEE floats of ``r`` bits; returns native-endian floats of that size."""
+        dt = float_dtype(r)
+        if self.pos % 8 == 0:
+            raw = self._take_bytes(count * r // 8).tobytes()
+        else:
+            raw = np.packbits(self._take_bits(count * r)).tobytes()
+        return np.frombuffer(raw, dt).astype(dt.newbyteorder("="))
+
+    def read_flags(self, count: int) -> np.ndarray:
+        """Read ``count`` one-bit flags as a boolean array."""
+        return self._take_bits(count).astype(bool)

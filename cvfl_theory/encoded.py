@@ -1,0 +1,141 @@
+r"""The encoded messages of K0–K5 and the decoders that read them.
+
+An :class:`Encoded` holds, for every node :math:`i`, the selected support :math:`D_i`, the values
+:math:`Y_i(j)` for :math:`j \in D_i`, the centre :math:`\mu_i` (every other entry of :math:`Y_i` is
+:math:`\mu_i`), and the seed :math:`D_i` was drawn from. It is what a receiver knows, so the
+decoders below need nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._backend import ArrayKind
+from .rotation import hadamard_rotate_inverse
+
+__all__ = ["NodeMessage", "Encoded", "decode", "average", "dense_coded"]
+
+#: Schemes whose support a receiver can regenerate from (seed, rate, d).
+SEEDED_SCHEMES = ("bernoulli", "k-subset")
+
+
+@dataclass(frozen=True, eq=False)
+class NodeMessage:
+    r"""One node's encoded vector :math:`Y_i`.
+
+    Attributes
+    ----------
+    support : numpy.ndarray
+        Sorted ``int64`` indices :math:`D_i` of the selected entries.
+    values : numpy.ndarray
+        :math:`Y_i(j)` for :math:`j \in D_i` (same order), in the data's dtype.
+    centre : float
+        :math:`\mu_i`; :math:`Y_i(j) = \mu_i` for :math:`j \notin D_i`.
+    seed : int
+        Seed of the node's support draw (:func:`cvfl_theory.sampling.node_generator`).
+    rate : float
+        Sampling parameter the support was drawn with: :math:`p_i` for ``"bernoulli"``,
+        :math:`k_i` for ``"k-subset"``, NaN where it varies per entry.
+    """
+
+    support: np.ndarray
+    values: np.ndarray
+    centre: float
+    seed: int
+    rate: float = float("nan")
+
+    @property
+    def n_nonzero(self) -> int:
+        r""":math:`s_i = |\{j : Y_i(j) \neq \mu_i\}|` (K3)."""
+        return int(np.count_nonzero(self.values != self.values.dtype.type(self.centre)))
+
+
+@dataclass(frozen=True, eq=False)
+class Encoded:
+    r"""All nodes' messages :math:`Y_1, \dots, Y_n` plus what the receiver must know.
+
+    Attributes
+    ----------
+    scheme : str
+        How supports were drawn: ``"bernoulli"`` (one :math:`p` per node, K1), ``"bernoulli-varying"``
+        (per-entry :math:`p_{ij}`, K1/K5.1), ``"k-subset"`` (K2).
+    d : int
+        Length of each :math:`Y_i` (after padding, for the rotation baseline).
+    dtype : numpy.dtype
+        Data dtype.
+    nodes : tuple of NodeMessage
+        One message per node.
+    centre_sent : bool
+        Whether :math:`\mu_i` must be transmitted (:math:`\bar r = r`) or is known in advance
+        (:math:`\bar r = 0`, the ``mu="zero"`` case).
+    kind : ArrayKind
+        The array kind of the input, so decoders return the same kind.
+    rotation_seed : int or None
+        K5.2: seed of the random signs of the shared rotation; ``None`` if not rotated.
+    original_d : int
+        Dimension before padding (equals ``d`` unless rotated).
+    """
+
+    scheme: str
+    d: int
+    dtype: np.dtype
+    nodes: tuple[NodeMessage, ...]
+    centre_sent: bool
+    kind: ArrayKind = field(default_factory=ArrayKind)
+    rotation_seed: int | None = None
+    original_d: int = -1
+
+    def __post_init__(self) -> None:
+        if self.original_d < 0:
+            object.__setattr__(self, "original_d", self.d)
+
+    @property
+    def n(self) -> int:
+        """Number of nodes."""
+        return len(self.nodes)
+
+    @property
+    def centres(self) -> np.ndarray:
+        r"""The centres :math:`\mu_i` as a float64 array."""
+        return np.array([m.centre for m in self.nodes], dtype=np.float64)
+
+
+def dense_coded(encoded: Encoded) -> np.ndarray:
+    """All :math:`Y_i` as an ``(n, d)`` array in the (possibly rotated) coding domain."""
+    Y = np.empty((encoded.n, encoded.d), dtype=encoded.dtype)
+    for i, m in enumerate(encoded.nodes):
+        Y[i] = m.centre
+        Y[i, m.support] = m.values
+    return Y
+
+
+def decode(encoded: Encoded) -> Any:
+    r"""Return every node's :math:`Y_i` as an ``(n, d)`` array of the input's kind.
+
+    For the rotation baseline (K5.2) each :math:`Y_i` is rotated back and the padding dropped.
+    """
+    Y = dense_coded(encoded)
+    if encoded.rotation_seed is not None:
+        Y = hadamard_rotate_inverse(Y, encoded.rotation_seed)[:, : encoded.original_d]
+        Y = Y.astype(encoded.dtype, copy=False)
+    return encoded.kind.wrap(Y)
+
+
+def average(encoded: Encoded) -> Any:
+    r"""The averaging decoder :math:`\gamma(Y_1, \dots, Y_n) = \frac1n \sum_i Y_i` (K0).
+
+    Works in :math:`O(\sum_i |D_i| + d)`: :math:`\frac1n\sum_i \mu_i` everywhere plus the scattered
+    :math:`(Y_i(j) - \mu_i)/n` on each support, accumulated in float64.
+    """
+    n = encoded.n
+    acc = np.full(encoded.d, encoded.centres.mean(), dtype=np.float64)
+    scale = 1.0 / n
+    for m in encoded.nodes:
+        if m.support.size:
+            acc[m.support] += (m.values.astype(np.float64) - m.centre) * scale
+    if encoded.rotation_seed is not None:
+        acc = hadamard_rotate_inverse(acc[None, :], encoded.rotation_seed)[0, : encoded.original_d]
+    return encoded.kind.wrap(acc.astype(encoded.dtype, copy=False))

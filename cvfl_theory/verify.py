@@ -1,0 +1,228 @@
+r"""Check an encoder's closed forms against simulation in one call.
+
+:func:`verify` encodes ``X`` ``trials`` times and compares, each as an (empirical, theoretical)
+pair with a tolerance derived from the estimator's own standard error:
+
+- the MSE of the averaging decoder with its closed form (K1.2, K2.2, K5.1, K5.2):
+  pass if :math:`|\widehat{\mathrm{MSE}} - \mathrm{MSE}| \le z\,\widehat{\mathrm{SE}}`;
+- unbiasedness (K1.1, K2.1): the largest per-coordinate :math:`|z_j|` of the mean decoded vector
+  against :math:`\bar X`, with a Bonferroni threshold :math:`\Phi^{-1}(1 - \alpha/(2d))` so the
+  family-wise false-alarm rate is :math:`\alpha`;
+- for every protocol that applies, the mean payload bits against the closed form :math:`C` (K3).
+
+The result prints as a table and renders as HTML in Jupyter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.stats import norm
+
+from ._rng import RNGLike, as_generator
+from ._validate import check_int_in_range, check_matrix
+from .encoders import Encoder
+from .protocols import PROTOCOLS, Protocol
+from .table import Table
+
+__all__ = ["Check", "VerifyResult", "verify"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One (empirical, theoretical) pair with its standard error and verdict.
+
+    Attributes
+    ----------
+    quantity : str
+        What is compared.
+    theoretical : float
+        Closed form.
+    empirical : float
+        Monte Carlo estimate.
+    se : float
+        Standard error of ``empirical``.
+    z : float
+        ``|empirical - theoretical| / se`` (``inf`` if ``se = 0`` and they differ beyond round-off).
+    threshold : float
+        Largest allowed ``z``.
+    """
+
+    quantity: str
+    theoretical: float
+    empirical: float
+    se: float
+    z: float
+    threshold: float
+
+    @property
+    def passed(self) -> bool:
+        """``z <= threshold``."""
+        return self.z <= self.threshold
+
+
+@dataclass
+class VerifyResult:
+    """What :func:`verify` found; ``passed`` is the verdict of all checks."""
+
+    encoder: str
+    shape: tuple[int, int]
+    dtype: str
+    trials: int
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """Every check passed."""
+        return all(c.passed for c in self.checks)
+
+    def check(self, quantity: str) -> Check:
+        """The check named ``quantity`` (e.g. ``"MSE"``)."""
+        for c in self.checks:
+            if c.quantity == quantity:
+                return c
+        raise KeyError(quantity)
+
+    @property
+    def mse(self) -> Check:
+        """The MSE check."""
+        return self.check("MSE")
+
+    def table(self) -> Table:
+        """The checks as a :class:`~cvfl_theory.table.Table`."""
+        title = (
+            f"verify {self.encoder} on X{self.shape} {self.dtype}, {self.trials} trials: "
+            f"{'PASS' if self.passed else 'FAIL'}"
+        )
+        rows = [
+            [c.quantity, c.theoretical, c.empirical, c.se, round(c.z, 2), c.threshold, c.passed]
+            for c in self.checks
+        ]
+        cols = ["quantity", "closed form", "Monte Carlo", "SE", "|z|", "allowed |z|", "verdict"]
+        return Table(cols, rows, title=title)
+
+    def __str__(self) -> str:
+        return str(self.table())
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+
+def _z(emp: float, theo: float, se: float, scale: float) -> float:
+    diff = abs(emp - theo)
+    # round-off floor: a few ulps of the quantities involved (exact outcomes have se = 0)
+    floor = 64 * np.finfo(np.float64).eps * max(scale, abs(theo), abs(emp), 1e-300)
+    if diff <= floor:
+        return 0.0
+    return math.inf if se == 0 else diff / se
+
+
+def verify(
+    encoder: Encoder,
+    X: Any,
+    trials: int = 2000,
+    rng: RNGLike = None,
+    z: float = 5.0,
+    alpha: float = 1e-6,
+    protocols: list[Protocol] | None = None,
+) -> VerifyResult:
+    r"""Compare an encoder's closed forms with a seeded Monte Carlo simulation.
+
+    Parameters
+    ----------
+    encoder : Encoder
+        Any encoder of :mod:`cvfl_theory.encoders`.
+    X : array of shape (n, d)
+        Data (numpy or torch).
+    trials : int
+        Number of independent encodings (``>= 2``).
+    rng : int, Generator or None
+        Seed of the simulation.
+    z : float
+        Allowed number of standard errors for the MSE and bit checks (5 → false-alarm rate
+        :math:`\approx 6\cdot 10^{-7}` under the CLT).
+    alpha : float
+        Family-wise false-alarm rate of the per-coordinate bias check.
+    protocols : list of Protocol, optional
+        Protocols whose mean payload bits are compared with K3 (default: every protocol that
+        applies, with ``r`` the data's float width).
+
+    Returns
+    -------
+    VerifyResult
+
+    Examples
+    --------
+    >>> from cvfl_theory import IndependentEncoder
+    >>> X = np.arange(12.0).reshape(3, 4)
+    >>> res = verify(IndependentEncoder(0.5), X, trials=400, rng=0)
+    >>> res.passed
+    True
+    """
+    trials = check_int_in_range(trials, "trials", 2, 10**9)
+    if not (isinstance(z, (int, float)) and z > 0):
+        raise ValueError(f"z must be a positive number of standard errors, got {z!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    Xn, _ = check_matrix(X)
+    n, d = Xn.shape
+    gen = as_generator(rng)
+    xbar = Xn.astype(np.float64).mean(axis=0)
+    r = {np.dtype(np.float16): 16, np.dtype(np.float32): 32}.get(Xn.dtype, 64)
+    if protocols is None:
+        protocols = []
+        for cls in PROTOCOLS.values():
+            proto = cls(r=r)
+            try:
+                proto.check_encoder(encoder)
+            except ValueError:
+                continue
+            protocols.append(proto)
+
+    err2 = np.empty(trials)
+    bits = np.empty((len(protocols), trials))
+    s1 = np.zeros(d)
+    s2 = np.zeros(d)
+    for t in range(trials):
+        enc = encoder.encode(Xn, rng=gen)
+        avg = np.asarray(encoder.average(enc), dtype=np.float64)
+        dev = avg - xbar
+        err2[t] = dev @ dev
+        s1 += dev
+        s2 += dev * dev
+        for k, proto in enumerate(protocols):
+            bits[k, t] = proto.payload_bits(enc).sum()
+
+    result = VerifyResult(repr(encoder), (n, d), str(Xn.dtype), trials)
+    closed = encoder.mse(Xn)
+    emp, se = float(err2.mean()), float(err2.std(ddof=1) / math.sqrt(trials))
+    result.checks.append(Check("MSE", closed, emp, se, _z(emp, closed, se, closed), z))
+
+    mean_dev = s1 / trials
+    var = np.maximum(s2 / trials - mean_dev**2, 0.0) * trials / (trials - 1)
+    se_j = np.sqrt(var / trials)
+    scale = float(np.abs(xbar).max())
+    zs = np.array([_z(float(m), 0.0, float(s), scale) for m, s in zip(mean_dev, se_j)])
+    worst = int(np.argmax(zs))
+    thr = float(norm.isf(alpha / (2 * d)))
+    result.checks.append(
+        Check(
+            f"bias (worst j={worst})",
+            0.0,
+            float(abs(mean_dev[worst])),
+            float(se_j[worst]),
+            float(zs[worst]),
+            thr,
+        )
+    )
+    for k, proto in enumerate(protocols):
+        c = proto.expected_bits(encoder, Xn)
+        emp_b = float(bits[k].mean())
+        se_b = float(bits[k].std(ddof=1) / math.sqrt(trials))
+        result.checks.append(
+            Check(f"bits {proto.name} (r={proto.r})", c, emp_b, se_b, _z(emp_b, c, se_b, c), z)
+        )
+    return result

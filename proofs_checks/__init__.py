@@ -1,0 +1,10 @@
+"""proofs_checks — one module per THEORY.md label, each with ``check() -> CheckResult``.
+
+Each check re-derives its claim symbolically (sympy) where THEORY.md says [derived], and compares a
+closed form with an independent exact or Monte Carlo computation (the numeric pair). Run them all
+with ``python -m proofs_checks`` or ``cvfl verify``.
+"""
+
+from .result import CheckResult, all_checks, run_all
+
+__all__ = ["CheckResult", "all_checks", "run_all"]

@@ -1,0 +1,195 @@
+"""Encoders (K1, K2, K5): unbiasedness and MSE by exact enumeration and by Monte Carlo with
+SE-derived tolerances, support laws, determinism, dtypes and numpy/torch parity."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from scipy.stats import norm
+
+from cvfl_theory import (
+    BinaryQuantizationEncoder,
+    FixedSizeEncoder,
+    IndependentEncoder,
+    RotatedBinaryEncoder,
+)
+from cvfl_theory.sampling import bernoulli_support, k_subset_support
+from cvfl_theory.testing.exact import exact_moments
+from cvfl_theory.testing.strategies import encoder_problems
+
+Z = 5.0  # standard errors allowed in Monte Carlo comparisons
+
+
+def k12_formula(X, p, mu):
+    """K1.2 written out directly from THEORY.md (independent of the encoder's code)."""
+    n = X.shape[0]
+    dev = X.astype(np.float64) - mu[:, None]
+    return float(np.sum((1.0 / p - 1.0) * dev**2) / n**2)
+
+
+# ------------------------------------------------------------------ exact enumeration
+@settings(max_examples=40)
+@given(encoder_problems(max_n=2, max_d=4, dtypes=("float64",), max_abs=100.0))
+def test_unbiased_and_mse_by_exact_enumeration(problem):
+    encoder, X = problem
+    if isinstance(encoder, RotatedBinaryEncoder) and X.shape[1] > 2:
+        X = X[:, :2]  # d' = 2^ceil(log2 d) coordinates per node: keep the enumeration small
+    m = exact_moments(encoder, X)
+    scale = max(1.0, float(np.abs(X).max()))
+    np.testing.assert_allclose(m.mean_average, X.mean(axis=0), rtol=0, atol=1e-9 * scale)
+    assert m.mse == pytest.approx(encoder.mse(X), rel=1e-9, abs=1e-9 * scale**2)
+
+
+def test_k1_closed_form_matches_the_written_out_formula():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(4, 7))
+    p = rng.uniform(0.1, 1.0, size=(4, 7))
+    mu = np.array([0.5, -1.0, 2.0, 0.0])
+    assert IndependentEncoder(p, mu=mu).mse(X) == pytest.approx(k12_formula(X, p, mu), rel=1e-12)
+    assert IndependentEncoder(0.3, mu="mean").mse(X) == pytest.approx(
+        k12_formula(X, np.full_like(X, 0.3), X.mean(axis=1)), rel=1e-12
+    )
+
+
+def test_k2_equals_k1_with_p_k_over_d():
+    X = np.random.default_rng(4).normal(size=(3, 12))
+    assert FixedSizeEncoder(3).mse(X) == pytest.approx(IndependentEncoder(0.25).mse(X), rel=1e-12)
+
+
+def test_k5_1_formula_and_bound():
+    X = np.array([[0.0, 1.0, 4.0, 4.0], [2.0, 2.0, 2.0, 2.0]])
+    enc = BinaryQuantizationEncoder()
+    # (4-1)(1-0) = 3 from row 0, constant row 1 contributes 0; divided by n^2 = 4
+    assert enc.mse(X) == pytest.approx(0.75)
+    assert enc.mse_upper_bound(X) == pytest.approx(4 * 16 / (4 * 4))
+    e = enc.encode(X, rng=0)
+    np.testing.assert_array_equal(enc.decode(e)[1], X[1])  # a constant row is sent exactly
+    assert set(np.unique(enc.decode(e)[0])) <= {0.0, 4.0}
+
+
+# ------------------------------------------------------------------ Monte Carlo
+@pytest.mark.parametrize(
+    "encoder",
+    [
+        IndependentEncoder(0.1, mu="mean"),
+        IndependentEncoder(np.linspace(0.05, 1.0, 8)[:, None], mu="zero"),
+        FixedSizeEncoder(20, mu="mean"),
+        BinaryQuantizationEncoder(),
+        RotatedBinaryEncoder(rotation_seed=1),
+    ],
+    ids=repr,
+)
+def test_mse_and_bias_by_monte_carlo(encoder):
+    rng = np.random.default_rng(11)
+    X = rng.standard_t(df=3, size=(8, 200))
+    xbar = X.mean(axis=0)
+    trials = 400
+    err = np.empty(trials)
+    devs = np.empty((trials, X.shape[1]))
+    for t in range(trials):
+        dev = encoder.average(encoder.encode(X, rng=rng)) - xbar
+        devs[t] = dev
+        err[t] = dev @ dev
+    se = err.std(ddof=1) / math.sqrt(trials)
+    assert abs(err.mean() - encoder.mse(X)) <= Z * se
+    # per-coordinate bias, Bonferroni over d coordinates at family-wise level 1e-6
+    se_j = devs.std(axis=0, ddof=1) / math.sqrt(trials)
+    z_j = np.abs(devs.mean(axis=0)) / np.where(se_j > 0, se_j, np.inf)
+    assert z_j.max() <= norm.isf(1e-6 / (2 * X.shape[1]))
+
+
+# ------------------------------------------------------------------ support laws
+def test_bernoulli_support_marginals_and_counts():
+    d, p, seeds = 40, 0.3, 3000
+    counts = np.zeros(d)
+    sizes = np.empty(seeds)
+    for s in range(seeds):
+        idx = bernoulli_support(s, p, d)
+        assert np.all(np.diff(idx) > 0) and (idx.size == 0 or (idx[0] >= 0 and idx[-1] < d))
+        counts[idx] += 1
+        sizes[s] = idx.size
+    z = np.abs(counts - seeds * p) / math.sqrt(seeds * p * (1 - p))
+    assert z.max() <= norm.isf(1e-6 / (2 * d))
+    # |D_i| ~ Binomial(d, p): its variance d p (1-p) too (chi-square-free check via the SE of var)
+    var_se = math.sqrt(2.0 / (seeds - 1)) * d * p * (1 - p)
+    assert abs(sizes.var(ddof=1) - d * p * (1 - p)) <= Z * var_se
+
+
+def test_bernoulli_support_extreme_probabilities():
+    np.testing.assert_array_equal(bernoulli_support(0, 1.0, 7), np.arange(7))
+    assert bernoulli_support(0, 1e-300, 10**6).size == 0
+    big = bernoulli_support(5, 0.5, 10**5)  # several geometric chunks are never needed...
+    assert abs(big.size - 5 * 10**4) <= Z * math.sqrt(10**5 * 0.25)
+
+
+def test_k_subset_support_is_uniform():
+    d, k, seeds = 6, 2, 3000
+    counts = np.zeros(d)
+    for s in range(seeds):
+        idx = k_subset_support(s, k, d)
+        assert idx.size == k and np.all(np.diff(idx) > 0)
+        counts[idx] += 1
+    p = k / d
+    z = np.abs(counts - seeds * p) / math.sqrt(seeds * p * (1 - p))
+    assert z.max() <= norm.isf(1e-6 / (2 * d))
+
+
+# ------------------------------------------------------------------ determinism and seeds
+def test_same_seed_same_message_and_seed_regenerates_support():
+    X = np.random.default_rng(0).normal(size=(5, 50)).astype(np.float32)
+    enc = IndependentEncoder(0.2)
+    a, b, c = enc.encode(X, rng=42), enc.encode(X, rng=42), enc.encode(X, rng=43)
+    for ma, mb in zip(a.nodes, b.nodes):
+        assert ma.seed == mb.seed
+        np.testing.assert_array_equal(ma.support, mb.support)
+        np.testing.assert_array_equal(ma.values, mb.values)
+        np.testing.assert_array_equal(bernoulli_support(ma.seed, ma.rate, 50), ma.support)
+    assert any(not np.array_equal(ma.support, mc.support) for ma, mc in zip(a.nodes, c.nodes))
+    fixed = FixedSizeEncoder(7).encode(X, rng=1)
+    for m in fixed.nodes:
+        np.testing.assert_array_equal(k_subset_support(m.seed, 7, 50), m.support)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_dtype_preserved(dtype):
+    X = np.random.default_rng(0).normal(size=(3, 9)).astype(dtype)
+    for enc in [IndependentEncoder(0.5), FixedSizeEncoder(3), BinaryQuantizationEncoder(),
+                RotatedBinaryEncoder()]:
+        e = enc.encode(X, rng=0)
+        assert enc.decode(e).dtype == dtype and enc.average(e).dtype == dtype
+        assert enc.decode(e).shape == X.shape and enc.average(e).shape == (9,)
+
+
+def test_p_one_sends_x_exactly():
+    X = np.random.default_rng(0).normal(size=(3, 9)).astype(np.float32)
+    enc = IndependentEncoder(1.0, mu="mean")
+    np.testing.assert_array_equal(enc.decode(enc.encode(X, rng=0)), X)
+
+
+def test_float16_overflow_is_refused_not_silent():
+    X = np.full((1, 4), 60000.0, dtype=np.float16)
+    with pytest.raises(ValueError, match="overflows float16"):
+        IndependentEncoder(0.1, mu="zero").encode(X, rng=0)
+
+
+def test_numpy_torch_parity(backend):
+    X = np.random.default_rng(0).normal(size=(4, 33)).astype(np.float32)
+    for enc in [IndependentEncoder(0.3), FixedSizeEncoder(5), BinaryQuantizationEncoder(),
+                RotatedBinaryEncoder(2)]:
+        e_np = enc.encode(X, rng=9)
+        e_bk = enc.encode(backend(X), rng=9)
+        Y = enc.decode(e_bk)
+        assert type(Y) is type(backend(X))
+        np.testing.assert_array_equal(np.asarray(Y), enc.decode(e_np))
+        np.testing.assert_array_equal(np.asarray(enc.average(e_bk)), enc.average(e_np))
+        assert enc.mse(backend(X)) == enc.mse(X)
+
+
+def test_torch_generator_is_accepted():
+    torch = pytest.importorskip("torch")
+    X = torch.randn(3, 10, generator=torch.Generator().manual_seed(0))
+    enc = IndependentEncoder(0.5)
+    a = enc.encode(X, rng=torch.Generator().manual_seed(5))
+    b = enc.encode(X, rng=torch.Generator().manual_seed(5))
+    assert [m.seed for m in a.nodes] == [m.seed for m in b.nodes]
