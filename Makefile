@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/cvfl verify
 
-test: $(STAMP) lint typecheck pytest proofs
+test: $(STAMP) lint typecheck pytest proofs docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check cvfl_theory cvfl_sim proofs_checks tests benchmarks docs
@@ -36,7 +36,7 @@ bench: $(STAMP)
 	@for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; echo; done
 
 docs: $(STAMP)
-	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 clean:
 	rm -rf $(VENV) docs/_build docs/auto_examples .pytest_cache .mypy_cache .ruff_cache

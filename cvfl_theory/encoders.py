@@ -1,4 +1,4 @@
-r"""Randomized encoders of [KR]: K1 (independent support), K2 (fixed-size support), K5.
+r"""Randomized encoders of [KR]_: K1 (independent support), K2 (fixed-size support), K5.
 
 Every encoder draws node :math:`i`'s random support :math:`D_i` from a per-node seed recorded in the
 :class:`~cvfl_theory.encoded.Encoded` message, so a receiver can regenerate it from the seed alone

@@ -13,15 +13,14 @@ With :math:`\bar r = r` when the centre is data-dependent (``0`` for ``mu="zero"
 :math:`\bar r_s` the seed width, :math:`s_i = |\{j : Y_i(j) \ne \mu_i\}|` and
 :math:`S = \{(i, j) : X_i(j) \ne \mu_i\}`:
 
-================  ======================================  =================================================
-protocol          :math:`\beta(Y_i)`                      :math:`C = \mathbb E \sum_i \beta(Y_i)`
-================  ======================================  =================================================
-naive             :math:`dr`                              :math:`ndr`
-varying-length    :math:`\bar r + d + r s_i`              :math:`n(\bar r + d) + r \sum_S p_{ij}`
-sparse            :math:`\bar r + (\lceil\log_2 d\rceil + r) s_i`   :math:`n\bar r + (\lceil\log_2 d\rceil + r)\sum_S p_{ij}`
-seeded sparse     :math:`\bar r + \bar r_s + r|D_i|`      :math:`n(\bar r + \bar r_s) + r \sum_{i,j} p_{ij}`
-binary            :math:`2r + d`                          :math:`n(2r + d)`
-================  ======================================  =================================================
+- naive: :math:`\beta(Y_i) = dr`, :math:`C = ndr`;
+- varying-length: :math:`\beta(Y_i) = \bar r + d + r s_i`,
+  :math:`C = n(\bar r + d) + r \sum_S p_{ij}`;
+- sparse: :math:`\beta(Y_i) = \bar r + (\lceil\log_2 d\rceil + r) s_i`,
+  :math:`C = n\bar r + (\lceil\log_2 d\rceil + r)\sum_S p_{ij}`;
+- seeded sparse: :math:`\beta(Y_i) = \bar r + \bar r_s + r|D_i|`,
+  :math:`C = n(\bar r + \bar r_s) + r \sum_{i,j} p_{ij}`;
+- binary: :math:`\beta(Y_i) = 2r + d`, :math:`C = n(2r + d)`.
 
 Values are written as IEEE floats of ``r`` bits; the round trip is bit-exact when the data dtype has
 at most ``r`` bits (wider data are rounded to ``r`` bits, as the paper's :math:`r` implies).

@@ -51,8 +51,11 @@ def data_matrices(
     max_abs: float = 1e3,
     allow_ties: bool = True,
 ) -> Any:
-    """Finite ``(n, d)`` float matrices; with ``allow_ties`` some entries repeat (zeros, row
-    minima, equal values), which exercises the ``X_i(j) = mu_i`` edge cases."""
+    """Finite ``(n, d)`` float matrices of random shape and dtype.
+
+    With ``allow_ties`` some entries repeat (zeros, row minima, equal values), which exercises the
+    ``X_i(j) = mu_i`` edge cases.
+    """
     st = _st()
     from hypothesis.extra import numpy as hnp
 
