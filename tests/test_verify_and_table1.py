@@ -59,3 +59,13 @@ def test_cli_verify_runs_and_reports(capsys):
     assert main(["verify", "--trials", "40", "--checks", "k1"]) == 0
     out = capsys.readouterr().out
     assert "K1.1" in out and "K1.2" in out and "digits" in out and "0 failed" in out
+
+
+def test_cli_verify_exits_nonzero_when_a_check_fails(monkeypatch, capsys):
+    import proofs_checks
+    from proofs_checks import CheckResult
+
+    failing = CheckResult("K0", "a false claim", "test", None, 1.0, 0.0, 0.1)
+    monkeypatch.setattr(proofs_checks, "all_checks", lambda: [("k0_false", lambda: failing)])
+    assert main(["verify", "--trials", "20", "--checks", "k0"]) == 1
+    assert "FAILED: K0" in capsys.readouterr().out
