@@ -13,7 +13,7 @@ and the same ``rng`` gives the same bits. All encoders share one interface:
 
 References
 ----------
-.. [KR] J. Konečný, P. Richtárik. Randomized distributed mean estimation: accuracy vs
+- [KR]_ J. Konečný, P. Richtárik. Randomized distributed mean estimation: accuracy vs
    communication. Frontiers in Applied Mathematics and Statistics, 2018.
 """
 

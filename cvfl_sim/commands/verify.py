@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the suite and the proofs checks; return 0 if everything passed."""
-    from cvfl_theory.suite import run_suite, summary_table
+    from cvfl_sim.verify_suite import run_suite, summary_table
     from proofs_checks import all_checks
 
     if args.trials < 2:
