@@ -86,14 +86,14 @@ class BitWriter:
         if width < 64 and v.size and int(v.max()) >> width:
             raise ValueError(f"value {int(v.max())} does not fit in {width} bits")
         if width in _UINT_BE and self.nbits % 8 == 0:
-            self._append_bytes(np.frombuffer(v.astype(_UINT_BE[width]).tobytes(), np.uint8))
+            self._append_bytes(v.astype(_UINT_BE[width]).view(np.uint8))
         else:
             self._append_bits(_uint_bits(v, width))
 
     def write_floats(self, values: np.ndarray, r: int) -> None:
         """Write floats as IEEE ``r``-bit patterns (values are cast to that precision)."""
         dt = float_dtype(r)
-        raw = np.frombuffer(np.asarray(values).astype(dt).tobytes(), np.uint8)
+        raw = np.ascontiguousarray(np.asarray(values).astype(dt)).reshape(-1).view(np.uint8)
         if self.nbits % 8 == 0:
             self._append_bytes(raw)
         else:
@@ -106,7 +106,7 @@ class BitWriter:
     def getvalue(self) -> bytes:
         """Return the bits packed into bytes, zero-padded at the end."""
         if all(is_bytes for is_bytes, _ in self._segments):
-            return b"".join(seg.tobytes() for _, seg in self._segments)
+            return b"".join(self._segments[k][1].data for k in range(len(self._segments)))
         parts = [np.unpackbits(seg) if is_bytes else seg for is_bytes, seg in self._segments]
         bits = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
         return np.packbits(bits).tobytes()

@@ -176,8 +176,9 @@ class Protocol(ABC):
                 m.rate,
                 encoded.rotation_seed or 0,
             )
-            body = header + w.getvalue()
-            out.append(body + struct.pack(">I", zlib.crc32(body)))
+            payload = w.getvalue()
+            crc = zlib.crc32(payload, zlib.crc32(header))
+            out.append(b"".join((header, payload, struct.pack(">I", crc))))
         return out
 
     def framing_bits(self, encoded: Encoded) -> np.ndarray:
