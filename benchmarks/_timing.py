@@ -1,4 +1,9 @@
-"""Shared timing helpers for the ratio benchmarks (ratios measured in one run)."""
+"""Shared timing helpers for the ratio benchmarks (ratios measured in one run).
+
+The machine may be shared, so :func:`paired_ratio` interleaves the operation with its baseline
+(baseline, operation, baseline, operation, ...): both see the same load, and the ratio of their
+medians means the same on a quiet or a busy machine.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,27 @@ def median_time(fn: Callable[[], object], repeats: int = 7, warmup: int = 1) -> 
         times.append(time.perf_counter() - t0)
     times.sort()
     return times[len(times) // 2]
+
+
+def paired_ratio(
+    fn: Callable[[], object], base: Callable[[], object], repeats: int = 11
+) -> tuple[float, float, float]:
+    """Interleaved timing: ``(median fn time / median base time, median fn, median base)``."""
+    fn()
+    base()
+    t_fn, t_base = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        base()
+        t1 = time.perf_counter()
+        fn()
+        t2 = time.perf_counter()
+        t_base.append(t1 - t0)
+        t_fn.append(t2 - t1)
+    t_fn.sort()
+    t_base.sort()
+    mid = repeats // 2
+    return t_fn[mid] / t_base[mid], t_fn[mid], t_base[mid]
 
 
 def verdict(value: float, target: float, smaller_is_better: bool = True) -> str:

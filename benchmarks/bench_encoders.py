@@ -1,7 +1,8 @@
 """Issue 2 benchmark: encode + serialise, and parse + average, as ratios to ``X.copy()``.
 
-X is float32 of shape (100, 100000), p = 0.1, SeededSparseProtocol (r = 32). Each timing is the
-median of 7 runs; every ratio is measured in this one run, so it means the same on a noisy machine.
+X is float32 of shape (100, 100000), p = 0.1, SeededSparseProtocol (r = 32). Each ratio is the
+median of 11 runs interleaved with the baseline copy (see ``_timing.paired_ratio``), so it means the
+same on a busy machine.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import median_time, verdict  # noqa: E402
+from _timing import paired_ratio, verdict  # noqa: E402
 
 from cvfl_theory import IndependentEncoder  # noqa: E402
 from cvfl_theory.protocols import SeededSparseProtocol  # noqa: E402
@@ -25,15 +26,13 @@ def run(X, copy, label: str, mu: str) -> None:
     enc = IndependentEncoder(p=0.1, mu=mu)
     proto = SeededSparseProtocol(r=32)
     seed = iter(range(10**6))
-    t_enc = median_time(lambda: proto.to_bytes(enc.encode(X, rng=next(seed))))
+    a, _, t_copy = paired_ratio(lambda: proto.to_bytes(enc.encode(X, rng=next(seed))), copy)
     encoded = enc.encode(X, rng=12345)
     msgs = proto.to_bytes(encoded)
-    t_dec = median_time(lambda: enc.average(proto.from_bytes(msgs, d)))
-    t_copy = median_time(copy)
+    b, _, _ = paired_ratio(lambda: enc.average(proto.from_bytes(msgs, d)), copy)
     payload = proto.payload_bits(encoded).sum()
     total = 8 * sum(len(m) for m in msgs)
     formula = proto.expected_bits(enc, X)
-    a, b = t_enc / t_copy, t_dec / t_copy
     print(f"[{label}, mu={mu}] copy {t_copy * 1e3:.1f} ms")
     print(f"  (a) encode + to_bytes / copy   = {a:5.2f}  (target <= {TARGET}) {verdict(a, TARGET)}")
     print(f"  (b) from_bytes + average / copy = {b:5.2f}  (target <= {TARGET}) {verdict(b, TARGET)}")

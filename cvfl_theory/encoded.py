@@ -135,7 +135,11 @@ def average(encoded: Encoded) -> Any:
     scale = 1.0 / n
     for m in encoded.nodes:
         if m.support.size:
-            acc[m.support] += (m.values.astype(np.float64) - m.centre) * scale
+            v = m.values.astype(np.float64)  # always a fresh array: updated in place
+            if m.centre:
+                v -= m.centre
+            v *= scale
+            acc[m.support] += v
     if encoded.rotation_seed is not None:
         acc = hadamard_rotate_inverse(acc[None, :], encoded.rotation_seed)[0, : encoded.original_d]
     return encoded.kind.wrap(acc.astype(encoded.dtype, copy=False))

@@ -69,14 +69,15 @@ def bernoulli_support(seed: int, p: float, d: int) -> np.ndarray:
     pieces = []
     last = -1.0
     while True:
-        # positions as exact integers in float64 (d < 2**53), all in place
-        pos = gen.standard_exponential(chunk)
-        pos *= scale
-        np.minimum(pos, d, out=pos)  # a gap past the end ends the support
-        np.floor(pos, out=pos)
+        # gaps 1 + floor(E / lambda) as exact integers in float64 (d < 2**53), all in place; the
+        # scale is applied inside the generator's loop. Adding 1 before the floor differs from
+        # adding it after only when E / lambda lies within one ulp below an integer, an event as
+        # rare as the generator's own 2**-53 resolution.
+        pos = gen.exponential(scale, chunk)
         pos += 1.0
+        np.floor(pos, out=pos)
+        pos[0] += last
         np.cumsum(pos, out=pos)
-        pos += last
         pieces.append(pos)
         last = float(pos[-1])
         if last >= d - 1:
