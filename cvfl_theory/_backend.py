@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ArrayKind", "is_torch", "to_numpy", "like"]
+__all__ = ["ArrayKind", "is_torch", "to_numpy"]
 
 
 def is_torch(x: object) -> bool:
@@ -82,7 +82,3 @@ def to_numpy(x: Any, name: str = "X") -> tuple[np.ndarray, ArrayKind]:
             f"{name} must be a numpy array or torch tensor, got {type(x).__name__}"
         ) from exc
 
-
-def like(kind: ArrayKind, a: np.ndarray) -> Any:
-    """Return ``a`` as the array kind recorded in ``kind``."""
-    return kind.wrap(a)

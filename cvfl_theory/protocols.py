@@ -49,7 +49,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ._validate import FLOAT_BITS
 from .bitpack import BitReader, BitWriter, float_dtype
 from .encoded import SEEDED_SCHEMES, Encoded, NodeMessage, decode
 from .encoders import BinaryQuantizationEncoder, Encoder
@@ -482,4 +481,3 @@ PROTOCOLS: dict[str, type[Protocol]] = {
 }
 """Protocol classes by name."""
 
-_ = FLOAT_BITS  # re-exported bit widths of the supported dtypes
