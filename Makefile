@@ -22,6 +22,7 @@ test: $(STAMP) lint typecheck pytest proofs docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check cvfl_theory cvfl_sim proofs_checks tests benchmarks docs
+	$(BIN)/ruff format --check cvfl_theory cvfl_sim proofs_checks tests benchmarks docs
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -33,7 +34,7 @@ proofs: $(STAMP)
 	$(BIN)/python -m proofs_checks
 
 bench: $(STAMP)
-	@for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; echo; done
+	@status=0; for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || status=1; echo; done; exit $$status
 
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html

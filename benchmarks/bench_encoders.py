@@ -35,7 +35,9 @@ def run(X, copy, label: str, mu: str) -> None:
     formula = proto.expected_bits(enc, X)
     print(f"[{label}, mu={mu}] copy {t_copy * 1e3:.1f} ms")
     print(f"  (a) encode + to_bytes / copy   = {a:5.2f}  (target <= {TARGET}) {verdict(a, TARGET)}")
-    print(f"  (b) from_bytes + average / copy = {b:5.2f}  (target <= {TARGET}) {verdict(b, TARGET)}")
+    print(
+        f"  (b) from_bytes + average / copy = {b:5.2f}  (target <= {TARGET}) {verdict(b, TARGET)}"
+    )
     print(
         f"  bits/element: payload {payload / (n * d):.4f}, with framing {total / (n * d):.4f}, "
         f"K3 formula E[C]/(nd) {formula / (n * d):.4f}"

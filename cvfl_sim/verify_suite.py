@@ -50,10 +50,27 @@ def summary_table(results: list[tuple[str, VerifyResult]]) -> Table:
     for name, res in results:
         worst = max(res.checks, key=lambda c: c.z / c.threshold)
         rows.append(
-            [name, res.encoder, res.mse.theoretical, res.mse.empirical, res.mse.se,
-             round(res.mse.z, 2), f"{worst.quantity} {worst.z:.2f}/{worst.threshold:.2f}",
-             len(res.checks), res.passed]
+            [
+                name,
+                res.encoder,
+                res.mse.theoretical,
+                res.mse.empirical,
+                res.mse.se,
+                round(res.mse.z, 2),
+                f"{worst.quantity} {worst.z:.2f}/{worst.threshold:.2f}",
+                len(res.checks),
+                res.passed,
+            ]
         )
-    cols = ["data", "encoder", "MSE closed", "MSE sim", "SE", "|z| MSE", "worst check |z|/allowed",
-            "checks", "verdict"]
+    cols = [
+        "data",
+        "encoder",
+        "MSE closed",
+        "MSE sim",
+        "SE",
+        "|z| MSE",
+        "worst check |z|/allowed",
+        "checks",
+        "verdict",
+    ]
     return Table(cols, rows, title="K1/K2/K3/K5 closed forms vs simulation")

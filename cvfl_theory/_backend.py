@@ -81,4 +81,3 @@ def to_numpy(x: Any, name: str = "X") -> tuple[np.ndarray, ArrayKind]:
         raise TypeError(
             f"{name} must be a numpy array or torch tensor, got {type(x).__name__}"
         ) from exc
-

@@ -8,7 +8,13 @@ import numpy as np
 
 from ._backend import ArrayKind, to_numpy
 
-__all__ = ["check_matrix", "check_matrix_row_sums", "check_probabilities", "check_int_in_range", "FLOAT_BITS"]
+__all__ = [
+    "check_matrix",
+    "check_matrix_row_sums",
+    "check_probabilities",
+    "check_int_in_range",
+    "FLOAT_BITS",
+]
 
 FLOAT_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.float64): 64}
 

@@ -28,7 +28,12 @@ import numpy as np
 __all__ = ["BitWriter", "BitReader", "FLOAT_DTYPES", "float_dtype"]
 
 FLOAT_DTYPES: dict[int, np.dtype] = {16: np.dtype(">f2"), 32: np.dtype(">f4"), 64: np.dtype(">f8")}
-_UINT_BE: dict[int, np.dtype] = {8: np.dtype(">u1"), 16: np.dtype(">u2"), 32: np.dtype(">u4"), 64: np.dtype(">u8")}
+_UINT_BE: dict[int, np.dtype] = {
+    8: np.dtype(">u1"),
+    16: np.dtype(">u2"),
+    32: np.dtype(">u4"),
+    64: np.dtype(">u8"),
+}
 _CHUNK = 1 << 16
 
 

@@ -57,7 +57,9 @@ _CENTRE_NAMES = ("mean", "zero", "min")
 def _check_centre_spec(mu: CentreSpec) -> CentreSpec:
     if isinstance(mu, str):
         if mu not in _CENTRE_NAMES:
-            raise ValueError(f"mu must be one of {_CENTRE_NAMES}, a float or an (n,) array; got {mu!r}")
+            raise ValueError(
+                f"mu must be one of {_CENTRE_NAMES}, a float or an (n,) array; got {mu!r}"
+            )
         return mu
     if hasattr(mu, "detach"):
         mu = mu.detach().cpu().numpy()
@@ -313,7 +315,9 @@ class IndependentEncoder(Encoder):
     def __init__(self, p: Any, mu: CentreSpec = "mean") -> None:
         super().__init__(mu)
         self.p = check_probabilities(p)
-        self.scheme = "bernoulli-varying" if self.p.ndim == 2 and self.p.shape[1] > 1 else "bernoulli"
+        self.scheme = (
+            "bernoulli-varying" if self.p.ndim == 2 and self.p.shape[1] > 1 else "bernoulli"
+        )
 
     def __repr__(self) -> str:
         p = float(self.p) if self.p.ndim == 0 else f"array{self.p.shape}"
@@ -533,10 +537,17 @@ class RotatedBinaryEncoder(BinaryQuantizationEncoder):
         Z = hadamard_rotate(Xn, self.rotation_seed).astype(Xn.dtype)
         idx = [np.unique(np.asarray(s, dtype=np.int64)) for s in supports]
         if len(idx) != Z.shape[0] or any(a.size and (a[0] < 0 or a[-1] >= Z.shape[1]) for a in idx):
-            raise ValueError(f"supports must hold one array per node with indices in [0, {Z.shape[1]})")
+            raise ValueError(
+                f"supports must hold one array per node with indices in [0, {Z.shape[1]})"
+            )
         return self._encode_given(
-            Z, kind, idx, [0] * len(idx), self.centres(Z),
-            rotation_seed=self.rotation_seed, original_d=Xn.shape[1],
+            Z,
+            kind,
+            idx,
+            [0] * len(idx),
+            self.centres(Z),
+            rotation_seed=self.rotation_seed,
+            original_d=Xn.shape[1],
         )
 
     def domain(self, X: Any) -> np.ndarray:

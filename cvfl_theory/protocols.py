@@ -476,8 +476,12 @@ class BinaryProtocol(Protocol):
 
 PROTOCOLS: dict[str, type[Protocol]] = {
     cls.name: cls
-    for cls in (NaiveProtocol, VaryingLengthProtocol, SparseProtocol, SeededSparseProtocol,
-                BinaryProtocol)
+    for cls in (
+        NaiveProtocol,
+        VaryingLengthProtocol,
+        SparseProtocol,
+        SeededSparseProtocol,
+        BinaryProtocol,
+    )
 }
 """Protocol classes by name."""
-

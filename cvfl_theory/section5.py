@@ -132,12 +132,36 @@ def table1(
             for sb, c, se in zip(sim_bits, closed, se_bits)
         ) and abs(sim_mse - closed_mse) <= z * se_mse + 1e-6 * max(1.0, closed_mse)
         rows.append(
-            [name, p, closed[0], closed[1], closed[2], k4_cost, closed[3], float(sim_bits[3]),
-             k4_mse, closed_mse, float(sim_mse), float(se_mse), bool(formula_ok and sim_ok)]
+            [
+                name,
+                p,
+                closed[0],
+                closed[1],
+                closed[2],
+                k4_cost,
+                closed[3],
+                float(sim_bits[3]),
+                k4_mse,
+                closed_mse,
+                float(sim_mse),
+                float(se_mse),
+                bool(formula_ok and sim_ok),
+            ]
         )
     cols = [
-        "example", "p", "C naive", "C varying", "C sparse", "C seeded (K4)", "C seeded (K3)",
-        "C seeded (sim)", "MSE·n/R (K4)", "MSE·n/R (K1.2)", "MSE·n/R (sim)", "SE", "verdict",
+        "example",
+        "p",
+        "C naive",
+        "C varying",
+        "C sparse",
+        "C seeded (K4)",
+        "C seeded (K3)",
+        "C seeded (sim)",
+        "MSE·n/R (K4)",
+        "MSE·n/R (K1.2)",
+        "MSE·n/R (sim)",
+        "SE",
+        "verdict",
     ]
     title = f"Table 1 of [KR]: n={n}, d={d}, r={r}, r_seed={r_seed}, |S|={size_s}, R={R:.4g}"
     return Table(cols, rows, title=title)

@@ -36,8 +36,15 @@ sphinx_gallery_conf = {
     "within_subsection_order": "FileNameSortKey",
 }
 
-exclude_patterns = ["_build", "examples", "auto_examples/*.ipynb", "auto_examples/*.py", "**/*.md5",
-                    "**/*.codeobj.json", "sg_execution_times.rst"]
+exclude_patterns = [
+    "_build",
+    "examples",
+    "auto_examples/*.ipynb",
+    "auto_examples/*.py",
+    "**/*.md5",
+    "**/*.codeobj.json",
+    "sg_execution_times.rst",
+]
 html_theme = "alabaster"
 html_static_path: list[str] = []
 # numpydoc-style types such as "array of shape (n, d)" are prose, not cross-references

@@ -29,9 +29,9 @@ def symbolic(n: int = 2, d: int = 2) -> bool:
                 avg += (mu[i] + (x[i, j] - mu[i]) / p[i, j]) if sel else mu[i]
             err += (avg / n - xbar[j]) ** 2
         mse += prob * err
-    formula = sum(
-        (1 / p[i, j] - 1) * (x[i, j] - mu[i]) ** 2 for i in range(n) for j in range(d)
-    ) / n**2
+    formula = (
+        sum((1 / p[i, j] - 1) * (x[i, j] - mu[i]) ** 2 for i in range(n) for j in range(d)) / n**2
+    )
     return sp.simplify(sp.expand(mse - formula)) == 0
 
 

@@ -29,10 +29,13 @@ def symbolic(d: int = 3, ks: tuple[int, ...] = (1, 2)) -> bool:
             )
             err += (avg / n - sum(x[i][j] for i in range(n)) / n) ** 2
         mse += prob * err
-    formula = sum(
-        (sp.Rational(d, ks[i]) - 1) * sum((x[i][j] - mu[i]) ** 2 for j in range(d))
-        for i in range(n)
-    ) / n**2
+    formula = (
+        sum(
+            (sp.Rational(d, ks[i]) - 1) * sum((x[i][j] - mu[i]) ** 2 for j in range(d))
+            for i in range(n)
+        )
+        / n**2
+    )
     return sp.expand(mse - formula) == 0
 
 

@@ -16,9 +16,7 @@ def symbolic() -> bool:
     """E s_i = sum_{j in S} p_ij (linearity of expectation over the selection indicators)."""
     p = sp.symbols("p0:3", positive=True)
     outcomes = [(a, b, c) for a in (0, 1) for b in (0, 1) for c in (0, 1)]
-    e_s = sum(
-        sp.Mul(*[p[j] if m[j] else 1 - p[j] for j in range(3)]) * sum(m) for m in outcomes
-    )
+    e_s = sum(sp.Mul(*[p[j] if m[j] else 1 - p[j] for j in range(3)]) * sum(m) for m in outcomes)
     return sp.expand(e_s - sum(p)) == 0
 
 

@@ -17,8 +17,10 @@ def symbolic(d: int = 3) -> bool:
     H = sp.kronecker_product(H, H) / 2
     dp = H.shape[0]
     orthogonal = sp.simplify(H.T * H - sp.eye(dp)) == sp.zeros(dp)
-    kept = all(sp.simplify(sum(H[k, j] ** 2 for k in range(d)) - sp.Rational(d, dp)) == 0
-               for j in range(dp))
+    kept = all(
+        sp.simplify(sum(H[k, j] ** 2 for k in range(d)) - sp.Rational(d, dp)) == 0
+        for j in range(dp)
+    )
     return orthogonal and kept
 
 

@@ -66,8 +66,16 @@ def test_p_shape_mismatch_with_data():
         IndependentEncoder(np.full((2, 4), 0.5)).mse(GOOD)
 
 
-@pytest.mark.parametrize("k, exc", [(0, ValueError), (-1, ValueError), (1.5, TypeError),
-                                    (np.array([1, 0]), ValueError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "k, exc",
+    [
+        (0, ValueError),
+        (-1, ValueError),
+        (1.5, TypeError),
+        (np.array([1, 0]), ValueError),
+        (True, TypeError),
+    ],
+)
 def test_k_outside_range(k, exc):
     with pytest.raises(exc, match="k must"):
         FixedSizeEncoder(k)

@@ -22,8 +22,11 @@ def test_uint_fields_round_trip(fields):
         assert r.read_uint(len(vals), width).tolist() == vals
 
 
-@given(st.integers(0, 7), st.sampled_from([16, 32, 64]),
-       st.lists(st.floats(allow_nan=False, width=16), max_size=10))
+@given(
+    st.integers(0, 7),
+    st.sampled_from([16, 32, 64]),
+    st.lists(st.floats(allow_nan=False, width=16), max_size=10),
+)
 def test_floats_round_trip_at_any_bit_offset(offset, r, values):
     w = BitWriter()
     w.write_uint([0] * offset, 1)

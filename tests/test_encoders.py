@@ -154,8 +154,12 @@ def test_same_seed_same_message_and_seed_regenerates_support():
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_dtype_preserved(dtype):
     X = np.random.default_rng(0).normal(size=(3, 9)).astype(dtype)
-    for enc in [IndependentEncoder(0.5), FixedSizeEncoder(3), BinaryQuantizationEncoder(),
-                RotatedBinaryEncoder()]:
+    for enc in [
+        IndependentEncoder(0.5),
+        FixedSizeEncoder(3),
+        BinaryQuantizationEncoder(),
+        RotatedBinaryEncoder(),
+    ]:
         e = enc.encode(X, rng=0)
         assert enc.decode(e).dtype == dtype and enc.average(e).dtype == dtype
         assert enc.decode(e).shape == X.shape and enc.average(e).shape == (9,)
@@ -175,8 +179,12 @@ def test_float16_overflow_is_refused_not_silent():
 
 def test_numpy_torch_parity(backend):
     X = np.random.default_rng(0).normal(size=(4, 33)).astype(np.float32)
-    for enc in [IndependentEncoder(0.3), FixedSizeEncoder(5), BinaryQuantizationEncoder(),
-                RotatedBinaryEncoder(2)]:
+    for enc in [
+        IndependentEncoder(0.3),
+        FixedSizeEncoder(5),
+        BinaryQuantizationEncoder(),
+        RotatedBinaryEncoder(2),
+    ]:
         e_np = enc.encode(X, rng=9)
         e_bk = enc.encode(backend(X), rng=9)
         Y = enc.decode(e_bk)

@@ -24,8 +24,8 @@ def reference_threshold(a, budget, caps=None):
     a, c = a[on], c[on]
     lo, hi = float(np.min(a / c)), float(np.sum(a) / budget)
     for _ in range(400):
-        mid = math.sqrt(lo * hi)
-        if mid in (lo, hi):
+        mid = math.exp(0.5 * (math.log(lo) + math.log(hi)))  # geometric mean without underflow
+        if not lo < mid < hi:
             break
         if np.sum(np.minimum(c, a / mid)) > budget:
             lo = mid

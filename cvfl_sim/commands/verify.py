@@ -19,7 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
     p.add_argument("--details", action="store_true", help="print every check of every run")
     p.add_argument(
-        "--checks", default="", metavar="PREFIX",
+        "--checks",
+        default="",
+        metavar="PREFIX",
         help="only proofs checks whose module starts with PREFIX (e.g. k, c5); default all",
     )
     p.set_defaults(func=run)
@@ -54,8 +56,9 @@ def run(args: argparse.Namespace) -> int:
         if not r.passed:
             failed.append(r.label)
     total = len(results) + count
-    print(f"\n{total - len(failed)} passed, {len(failed)} failed "
-          f"({time.perf_counter() - t0:.1f} s)")
+    print(
+        f"\n{total - len(failed)} passed, {len(failed)} failed ({time.perf_counter() - t0:.1f} s)"
+    )
     for f in failed:
         print(f"FAILED: {f}")
     return 1 if failed else 0

@@ -65,9 +65,7 @@ def data_matrices(
         d = draw(st.integers(min_d, max_d))
         dtype = np.dtype(draw(st.sampled_from(list(dtypes))))
         width = 16 if dtype == np.float16 else 32
-        elements = st.floats(
-            -max_abs, max_abs, allow_nan=False, allow_infinity=False, width=width
-        )
+        elements = st.floats(-max_abs, max_abs, allow_nan=False, allow_infinity=False, width=width)
         if allow_ties:
             elements = st.one_of(elements, st.sampled_from([0.0, 1.0, -1.0]))
         return draw(hnp.arrays(dtype, (n, d), elements=elements))

@@ -17,8 +17,9 @@ print(table)
 # and its MSE is :math:`(r - 1) R / n`, independent of :math:`d`.
 import matplotlib.pyplot as plt
 
-points = sorted(zip(table.column("C seeded (K3)"), table.column("MSE·n/R (K1.2)"),
-                    table.column("p")))
+points = sorted(
+    zip(table.column("C seeded (K3)"), table.column("MSE·n/R (K1.2)"), table.column("p"))
+)
 plt.loglog([c for c, _, _ in points], [m + 1e-3 for _, m, _ in points], "o-")
 for c, m, p in points:
     plt.annotate(f"p={p:.3g}", (c, m + 1e-3))

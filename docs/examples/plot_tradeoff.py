@@ -19,8 +19,10 @@ from cvfl_theory import plot_tradeoff, tradeoff_curve
 fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
 for ax, (name, X) in zip(
     axes,
-    [("logistic-regression gradients (digits)", logistic_gradients(8, dataset="digits")),
-     ("heavy-tailed (Student-t, 2.5 dof)", heavy_tailed(8, 64, rng=0))],
+    [
+        ("logistic-regression gradients (digits)", logistic_gradients(8, dataset="digits")),
+        ("heavy-tailed (Student-t, 2.5 dof)", heavy_tailed(8, 64, rng=0)),
+    ],
 ):
     n, d = X.shape
     bits = np.geomspace(n * 32 + 2 * d, n * d * 16, 8)

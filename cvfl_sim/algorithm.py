@@ -1,0 +1,712 @@
+r"""Algorithm 1 of [CVFL] (C-VFL), exactly as THEORY C1, with the C6 ledger and C2 error log.
+
+For every global round :math:`t_0` (every ``Q`` local iterations):
+
+1. one mini-batch :math:`\mathcal{B}^{t_0}` is drawn (shuffled epochs, without replacement);
+2. every party :math:`m \ge 1` sends :math:`C_m(h_m(\theta_m^{t_0}; X_m^{\mathcal{B}}))`; the server
+   forms :math:`\hat\Phi^{t_0} = \{C_0(\theta_0^{t_0}), C_1(h_1), \dots, C_M(h_M)\}` and sends it to
+   every party (the bits of every message go to the ledger, C6);
+3. for ``Q`` local steps, in parallel: party :math:`m` steps on
+   :math:`\nabla_m F_{\mathcal{B}}(\hat\Phi_m^t)` with
+   :math:`\hat\Phi_m^t = \{\hat\Phi_{-m}^{t_0}; h_m(\theta_m^t; X_m^{\mathcal{B}})\}` — its own
+   *fresh* embedding, the others' *stale compressed* ones and the *compressed frozen* server model
+   :math:`C_0(\theta_0^{t_0})`; the server steps its own uncompressed :math:`\theta_0` on the
+   compressed embeddings :math:`\hat\Phi^{t_0}`. The step size :math:`\eta^{t_0}` is fixed within
+   the round.
+
+With identity compressors and ``Q = 1`` this is mini-batch SGD on the joint model (C1), which
+:func:`joint_sgd` implements independently as the test oracle. Optional error feedback (C9,
+EF-VFL style): each party keeps, per training sample, the embedding the server last
+reconstructed, and sends the compressed *difference* to it.
+
+The simulation is sequential but exact: the blocks' updates within a local step are independent
+(each depends only on round-start messages and its own parameters). All ``M`` party gradients of a
+local step come from one backward pass through ``M`` stacked copies of the server head, so the cost
+stays close to one joint SGD step (see ``benchmarks/bench_sim.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .data import VerticalDataset
+from .ledger import BitLedger, RoundBits, paper_cost_model, round_bits
+from .models import build_party_models, build_server_model, count_parameters
+from .results import RunResult, atomic_write_bytes
+from .schedules import as_step_size
+
+__all__ = ["CVFLConfig", "train", "joint_sgd", "minibatches", "evaluate", "nominal_bits"]
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass
+class CVFLConfig:
+    r"""Configuration of a C-VFL run (THEORY C1).
+
+    Parameters
+    ----------
+    Q : int
+        Local steps per global round (``Q >= 1``); ``T = R Q``.
+    lr : float or callable
+        Step size :math:`\eta`, or a schedule ``lr(t) -> float`` evaluated at each round's first
+        iteration :math:`t_0` (see :mod:`cvfl_sim.schedules`).
+    epochs : int
+        Passes over the training set; one epoch is ``ceil(N_train / batch_size)`` rounds.
+    batch_size : int
+        Mini-batch size ``B`` (``1 <= B <= N_train``).
+    parties_model : str, callable or list of nn.Module
+        ``"mlp"`` (default), ``"linear"``, ``"cnn"``, ``"gru"``, a factory ``(m, D_m, shape)`` or one
+        module per party (deep-copied; the caller's modules are not modified).
+    server_model : str, callable or nn.Module
+        ``"linear"`` (default) or ``"mlp"``, a factory ``(ΣP_m, n_classes)`` or a module taking the
+        concatenated embeddings ``(B, ΣP_m)``.
+    embedding_size : int or list of int
+        :math:`P_m` for the built-in party models (one for all, or one per party).
+    compressor : Compressor, list of Compressor, callable or None
+        :math:`C_m`: one for all parties, one per party, or a compression schedule
+        ``round -> Compressor | list`` (e.g. :class:`cvfl_sim.schedules.CompressionSchedule`). ``None`` is
+        ``Identity()`` (32-bit floats).
+    server_compressor : Compressor, callable, "same" or None
+        :math:`C_0` for the server model (flattened to one row). ``"same"`` (default) uses the
+        parties' compressor when a single one is given (the paper compresses all messages with the
+        same ``b``) and ``Identity()`` otherwise; ``None`` is ``Identity()``.
+    error_feedback : bool
+        EF-VFL style error feedback on the embeddings (C9).
+    seed : int
+        Seeds initialisation, batches and the compressors' dither (independent streams).
+    eval_every : int or None
+        Rounds between evaluations; ``None`` evaluates once per epoch. Round 0 and the last round
+        are always evaluated.
+    track_grad_norm : bool
+        Also record the full-data :math:`\|\nabla F(\Theta^{t_0})\|^2` (one extra backward over the
+        training set per evaluation).
+    dtype : {"float32", "float64"}
+        Model and data precision.
+    progress : bool
+        Print one line per evaluation to stderr.
+    """
+
+    Q: int = 1
+    lr: Any = 0.1
+    epochs: int = 10
+    batch_size: int = 64
+    parties_model: Any = "mlp"
+    server_model: Any = "linear"
+    embedding_size: Any = 8
+    compressor: Any = None
+    server_compressor: Any = "same"
+    error_feedback: bool = False
+    seed: int = 0
+    eval_every: int | None = None
+    track_grad_norm: bool = False
+    dtype: str = "float32"
+    progress: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able description (compressors by class and constructor arguments)."""
+        return {f.name: _describe(getattr(self, f.name)) for f in fields(self)}
+
+
+def _describe(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, dict):
+        return {str(k): _describe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_describe(x) for x in v]
+    cfg = getattr(v, "config", None)
+    if callable(cfg):
+        try:
+            return {"class": type(v).__name__, **_describe(cfg())}
+        except TypeError:
+            pass
+    if isinstance(v, nn.Module):
+        return {"module": type(v).__name__}
+    return {"callable": getattr(v, "__qualname__", type(v).__name__)}
+
+
+def _identity() -> Any:
+    from cvfl_theory.compressors import Identity
+
+    return Identity()
+
+
+def _is_compressor(c: Any) -> bool:
+    return hasattr(c, "payload_bits") and hasattr(c, "roundtrip")
+
+
+def nominal_bits(c: Any) -> float:
+    """Nominal bits per component ``b`` of a compressor (for the paper's cost model, C6).
+
+    ``bits`` from its configuration, ``r`` for :class:`Identity` (32).
+    """
+    cfg = c.config() if hasattr(c, "config") else {}
+    for key in ("bits", "r"):
+        if cfg.get(key) is not None:
+            return float(cfg[key])
+    return 32.0
+
+
+def minibatches(n: int, batch_size: int, gen: np.random.Generator) -> list[np.ndarray]:
+    """One epoch of mini-batch indices: a permutation of ``range(n)`` cut into chunks of ``B``."""
+    perm = gen.permutation(n)
+    return [perm[i : i + batch_size] for i in range(0, n, batch_size)]
+
+
+# ---------------------------------------------------------------------------------------------
+# validation and set-up
+# ---------------------------------------------------------------------------------------------
+def _check_int(v: Any, name: str, lo: int, hi: float = math.inf) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {v!r}")
+    if not lo <= v <= hi:
+        bound = f"in [{lo}, {hi}]" if math.isfinite(hi) else f">= {lo}"
+        raise ValueError(f"{name} must be {bound}, got {v}")
+    return int(v)
+
+
+@dataclass
+class _Setup:
+    parties: list[nn.Module]
+    server: nn.Module
+    emb_sizes: list[int]
+    compressor_at: Callable[[int], list[Any]]
+    server_compressor_at: Callable[[int], Any]
+    lr: Callable[[int], float]
+    dtype: torch.dtype
+    rounds_per_epoch: int
+    seeds: list[np.random.SeedSequence]  # init, batches, compressors
+
+
+def _compressor_schedule(spec: Any, M: int) -> Callable[[int], list[Any]]:
+    def normalise(c: Any, where: str) -> list[Any]:
+        if c is None:
+            return [_identity()] * M
+        if _is_compressor(c):
+            return [c] * M
+        if isinstance(c, (list, tuple)):
+            if len(c) != M:
+                raise ValueError(f"{where} lists {len(c)} compressors for {M} parties")
+            if not all(_is_compressor(x) for x in c):
+                raise TypeError(f"{where} must hold compressors (with payload_bits and roundtrip)")
+            return list(c)
+        raise TypeError(
+            f"{where} must be a compressor, a list of M compressors or a schedule round -> "
+            f"compressor; got {type(c).__name__}"
+        )
+
+    if spec is None or _is_compressor(spec) or isinstance(spec, (list, tuple)):
+        fixed = normalise(spec, "compressor")
+        return lambda r: fixed
+    if callable(spec):
+        return lambda r: normalise(spec(r), f"compressor schedule at round {r}")
+    normalise(spec, "compressor")  # raises
+    raise AssertionError  # pragma: no cover
+
+
+def _server_compressor_schedule(spec: Any, party_spec: Any) -> Callable[[int], Any]:
+    if isinstance(spec, str):
+        if spec != "same":
+            raise ValueError(
+                f"server_compressor must be a compressor, 'same' or None, got {spec!r}"
+            )
+        if party_spec is None:
+            spec = None
+        elif _is_compressor(party_spec):
+            spec = party_spec
+        elif isinstance(party_spec, (list, tuple)):
+            spec = None
+        elif callable(party_spec):
+
+            def same(r: int) -> Any:
+                c = party_spec(r)
+                return c if _is_compressor(c) else _identity()
+
+            return same
+    if spec is None:
+        ident = _identity()
+        return lambda r: ident
+    if _is_compressor(spec):
+        return lambda r: spec
+    if callable(spec):
+        return spec
+    raise TypeError(f"server_compressor must be a compressor or a schedule, got {type(spec)}")
+
+
+def _setup(dataset: VerticalDataset, config: CVFLConfig) -> _Setup:
+    """Validate everything and build models — before any training (bad input → clear errors)."""
+    if not isinstance(dataset, VerticalDataset):
+        raise TypeError(f"dataset must be a VerticalDataset, got {type(dataset).__name__}")
+    if not isinstance(config, CVFLConfig):
+        raise TypeError(f"config must be a CVFLConfig, got {type(config).__name__}")
+    dataset.validate()
+    M = dataset.n_parties
+    _check_int(config.Q, "Q", 1)
+    _check_int(config.epochs, "epochs", 1)
+    if (
+        not isinstance(config.batch_size, bool)
+        and isinstance(config.batch_size, int)
+        and (config.batch_size > dataset.n_train)
+    ):
+        raise ValueError(
+            f"batch_size must be <= the training set size N_train={dataset.n_train}, "
+            f"got {config.batch_size}"
+        )
+    _check_int(config.batch_size, "batch_size", 1, dataset.n_train)
+    _check_int(config.seed, "seed", 0)
+    if config.eval_every is not None:
+        _check_int(config.eval_every, "eval_every", 1)
+    if config.dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {config.dtype!r}")
+    dtype = _DTYPES[config.dtype]
+    lr = as_step_size(config.lr)
+    es = config.embedding_size
+    if isinstance(es, (list, tuple)):
+        if len(es) != M:
+            raise ValueError(f"embedding_size lists {len(es)} sizes for {M} parties")
+        emb = [_check_int(e, f"embedding_size[{i}]", 1) for i, e in enumerate(es)]
+    else:
+        emb = [_check_int(es, "embedding_size", 1)] * M
+    compressor_at = _compressor_schedule(config.compressor, M)
+    server_compressor_at = _server_compressor_schedule(config.server_compressor, config.compressor)
+    compressor_at(0)
+    server_compressor_at(0)
+
+    seeds = np.random.SeedSequence(config.seed).spawn(3)
+    init_seed = int(seeds[0].generate_state(1)[0])
+    user_parties = not isinstance(config.parties_model, str) and not callable(config.parties_model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(init_seed)
+        parties = build_party_models(
+            config.parties_model, dataset.feature_dims, emb, dataset.party_shapes
+        )
+        if user_parties:
+            parties = [copy.deepcopy(p) for p in parties]
+        # probe the embedding sizes
+        probe = [torch.as_tensor(p[:2], dtype=dtype) for p in dataset.train_parts]  # two samples
+        parties = [p.to(dtype) for p in parties]
+        sizes = []
+        for m, (net, x) in enumerate(zip(parties, probe)):
+            try:
+                with torch.no_grad():
+                    h = net(x)
+            except Exception as err:  # noqa: BLE001 - re-raised with context
+                raise ValueError(
+                    f"parties_model[{m}] cannot embed party {m}'s block of D_m="
+                    f"{dataset.feature_dims[m]} features: {err}"
+                ) from err
+            if h.ndim != 2 or h.shape[0] != x.shape[0]:
+                raise ValueError(
+                    f"parties_model[{m}] must return (B, P_m) embeddings, got shape {tuple(h.shape)}"
+                )
+            sizes.append(int(h.shape[1]))
+        server = build_server_model(config.server_model, sum(sizes), dataset.n_classes)
+        if isinstance(config.server_model, nn.Module):
+            server = copy.deepcopy(server)
+        server = server.to(dtype)
+    z = torch.zeros(2, sum(sizes), dtype=dtype)
+    try:
+        with torch.no_grad():
+            out = server(z)
+    except Exception as err:  # noqa: BLE001
+        raise ValueError(
+            f"embedding size mismatch: the party models output P_m={sizes} (sum {sum(sizes)}) but "
+            f"server_model does not accept (B, {sum(sizes)}) inputs: {err}"
+        ) from err
+    if tuple(out.shape) != (2, dataset.n_classes):
+        raise ValueError(
+            f"server_model must map (B, {sum(sizes)}) to (B, n_classes={dataset.n_classes}) "
+            f"logits, got {tuple(out.shape)}"
+        )
+    if count_parameters(server) == 0:
+        raise ValueError("server_model must have parameters (theta_0)")
+    rpe = math.ceil(dataset.n_train / config.batch_size)
+    return _Setup(
+        parties, server, sizes, compressor_at, server_compressor_at, lr, dtype, rpe, seeds
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation
+# ---------------------------------------------------------------------------------------------
+def _f1(y: np.ndarray, pred: np.ndarray, n_classes: int) -> float:
+    """Binary F1 of class 1 (two classes) or macro F1; 0 for a class never predicted nor present."""
+    cm = np.bincount(y * n_classes + pred, minlength=n_classes * n_classes).reshape(
+        n_classes, n_classes
+    )
+    tp = np.diag(cm).astype(float)
+    denom = cm.sum(0) + cm.sum(1)
+    f1 = np.where(denom > 0, 2 * tp / np.maximum(denom, 1), 0.0)
+    return float(f1[1]) if n_classes == 2 else float(f1.mean())
+
+
+def _forward(parties: Sequence[nn.Module], server: nn.Module, X: Sequence[torch.Tensor]) -> Any:
+    return server(torch.cat([p(x) for p, x in zip(parties, X)], dim=1))
+
+
+def evaluate(
+    parties: Sequence[nn.Module],
+    server: nn.Module,
+    dataset: VerticalDataset,
+    dtype: torch.dtype = torch.float32,
+    grad_norm: bool = False,
+) -> dict[str, float | None]:
+    r"""Full training loss :math:`F(\Theta)`, test accuracy and F1 of the uncompressed model.
+
+    With ``grad_norm`` also :math:`\|\nabla F(\Theta)\|^2` over all blocks (C4).
+    """
+    Xtr = [torch.as_tensor(p, dtype=dtype) for p in dataset.train_parts]
+    Xte = [torch.as_tensor(p, dtype=dtype) for p in dataset.test_parts]
+    ytr = torch.as_tensor(dataset.y_train)
+    params = [q for m in [*parties, server] for q in m.parameters()]
+    g2: float | None = None
+    if grad_norm:
+        loss = nn.functional.cross_entropy(_forward(parties, server, Xtr), ytr)
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        g2 = float(sum(float((g * g).sum()) for g in grads if g is not None))
+        train_loss = float(loss.detach())
+    with torch.no_grad():
+        if not grad_norm:
+            train_loss = float(nn.functional.cross_entropy(_forward(parties, server, Xtr), ytr))
+        pred = _forward(parties, server, Xte).argmax(1).numpy()
+    acc = float(np.mean(pred == dataset.y_test))
+    return {
+        "train_loss": train_loss,
+        "test_accuracy": acc,
+        "test_f1": _f1(dataset.y_test, pred, dataset.n_classes),
+        "grad_norm_sq": g2,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Algorithm 1
+# ---------------------------------------------------------------------------------------------
+def _keep_mask(sizes: Sequence[int], bsz: int, dtype: torch.dtype) -> torch.Tensor:
+    """``(M*bsz, ΣP)`` 0/1 mask that zeroes party ``m``'s own block in row block ``m``."""
+    blocks = [torch.ones(bsz, p, dtype=dtype) for p in sizes]
+    return 1 - torch.block_diag(*blocks)
+
+
+def _sgd_step(params: Sequence[torch.Tensor], lr: float) -> None:
+    with torch.no_grad():
+        ps = [p for p in params if p.grad is not None]
+        if ps:
+            torch._foreach_add_(ps, [p.grad for p in ps], alpha=-lr)  # type: ignore[misc]
+        for p in params:
+            p.grad = None
+
+
+def train(
+    dataset: VerticalDataset,
+    config: CVFLConfig | None = None,
+    *,
+    checkpoint: str | os.PathLike[str] | None = None,
+    on_epoch_end: Callable[[int], None] | None = None,
+) -> RunResult:
+    r"""Run C-VFL (Algorithm 1, THEORY C1) and return its history, ledger and error log.
+
+    Parameters
+    ----------
+    dataset : VerticalDataset
+        The vertically partitioned data (C0).
+    config : CVFLConfig, optional
+        Defaults to ``CVFLConfig()``; ``CVFLConfig(Q=10, lr=0.1, epochs=20)`` works on any data
+        set (an MLP per party sized from its features, a linear server head).
+    checkpoint : path-like, optional
+        After every epoch the complete training state (models, random generators, ledger,
+        history) is written here atomically; if the file exists when ``train`` starts, the run
+        resumes from it and ends exactly as an uninterrupted run would. The file must come from
+        the same data set and configuration (checked). Compressor schedules must be stateless.
+    on_epoch_end : callable, optional
+        Called with the number of finished epochs after each epoch (and checkpoint).
+
+    Returns
+    -------
+    RunResult
+        ``history`` (one row per evaluation), per-round ``rounds`` log and ``summary``; the trained
+        modules are attached as ``result.models`` (``{"parties": [...], "server": ...}``; not saved).
+
+    Raises
+    ------
+    ValueError, TypeError
+        For any bad configuration, before training starts (the message names the argument).
+
+    Examples
+    --------
+    >>> from cvfl_sim.data import load_dataset
+    >>> res = train(load_dataset("digits-quadrants"), CVFLConfig(Q=2, epochs=1, eval_every=None))
+    >>> [round(r["epoch"]) for r in res.history]
+    [0, 1]
+    """
+    config = CVFLConfig() if config is None else config
+    s = _setup(dataset, config)
+    M = dataset.n_parties
+    dtype = s.dtype
+    parties, server = s.parties, s.server
+    party_params = [list(p.parameters()) for p in parties]
+    server_params = list(server.parameters())
+    all_params = [q for ps in party_params for q in ps] + server_params
+    numels = [q.numel() for q in server_params]
+    server_hat = copy.deepcopy(server)
+    server_hat_params = list(server_hat.parameters())
+    for q in server_hat_params:
+        q.requires_grad_(False)
+    keep_mask = _keep_mask(s.emb_sizes, config.batch_size, dtype)
+    theta0_size = sum(numels)
+
+    Xtr = [torch.as_tensor(p, dtype=dtype) for p in dataset.train_parts]
+    ytr = torch.as_tensor(dataset.y_train)
+    n = dataset.n_train
+    B = config.batch_size
+    Q = config.Q
+    ss_batches, ss_comp = s.seeds[1], s.seeds[2]
+    batch_gen = np.random.default_rng(ss_batches)
+    comp_gens = [np.random.default_rng(c) for c in ss_comp.spawn(M + 1)]
+    memory = [torch.zeros(n, P, dtype=dtype) for P in s.emb_sizes] if config.error_feedback else []
+
+    total_rounds = s.rounds_per_epoch * config.epochs
+    eval_every = config.eval_every or s.rounds_per_epoch
+    ledger = BitLedger()
+    bits_cache: dict[tuple[Any, ...], Any] = {}
+    log: dict[str, list[float]] = {
+        "bits": [],
+        "embedding_error": [],
+        "server_model_error": [],
+        "lr": [],
+    }
+    history: list[dict[str, Any]] = []
+    err_since: list[tuple[float, float]] = []
+    t_start = time.perf_counter()
+    train_time = 0.0
+
+    def record(r: int) -> None:
+        row: dict[str, Any] = {"epoch": r / s.rounds_per_epoch, "round": r}
+        row.update(evaluate(parties, server, dataset, dtype, config.track_grad_norm))
+        row["bits"] = ledger.total
+        row["bits_paper_model"] = ledger.total_paper
+        if err_since:
+            e_emb = float(np.mean([e[0] for e in err_since]))
+            e_srv = float(np.mean([e[1] for e in err_since]))
+            row.update(
+                compression_error=e_emb + e_srv, embedding_error=e_emb, server_model_error=e_srv
+            )
+        else:
+            row.update(compression_error=None, embedding_error=None, server_model_error=None)
+        err_since.clear()
+        history.append(row)
+        if config.progress:
+            metric = "test_f1" if dataset.metric == "f1" else "test_accuracy"
+            print(
+                f"  round {r}/{total_rounds} epoch {row['epoch']:.2f} loss {row['train_loss']:.4f}"
+                f" {metric} {row[metric]:.4f} bits {row['bits']:.3e}",
+                file=sys.stderr,
+            )
+
+    identity = json.dumps([config.to_dict(), dataset.describe()], sort_keys=True, default=str)
+    start_epoch, r = 0, 0
+    if checkpoint is not None and os.path.exists(checkpoint):
+        st = torch.load(os.fspath(checkpoint), weights_only=False)
+        if st.get("identity") != identity:
+            raise ValueError(
+                f"checkpoint {os.fspath(checkpoint)!r} belongs to another data set or "
+                "configuration; remove it or pass another path"
+            )
+        for net, sd in zip([*parties, server], st["models"]):
+            net.load_state_dict(sd)
+        batch_gen.bit_generator.state = st["batch_gen"]
+        for g, gs in zip(comp_gens, st["comp_gens"]):
+            g.bit_generator.state = gs
+        for mem, saved in zip(memory, st["memory"]):
+            mem.copy_(saved)
+        for ups, srv, paper in st["ledger"]:
+            ledger.record(RoundBits(tuple(ups), srv), paper)
+        log.update(st["log"])
+        history.extend(st["history"])
+        err_since.extend(st["err_since"])
+        start_epoch, r, train_time = st["epoch"], st["round"], st["train_time"]
+    else:
+        record(0)
+    for _epoch in range(start_epoch, config.epochs):
+        for batch in minibatches(n, B, batch_gen):
+            tick = time.perf_counter()
+            t0 = r * Q
+            eta = float(s.lr(t0))
+            if not (math.isfinite(eta) and eta > 0):
+                raise ValueError(f"lr schedule gave a step size {eta} at t0={t0}; need > 0")
+            comps = s.compressor_at(r)
+            c0 = s.server_compressor_at(r)
+            idx = torch.from_numpy(batch)
+            xb = [X[idx] for X in Xtr]
+            yb = ytr[idx]
+            bsz = len(batch)
+
+            # -- round start: fresh embeddings h_m(θ_m^{t0}) (kept with graph for local step 0)
+            H = [p(x) for p, x in zip(parties, xb)]
+            Hhat = []
+            for m in range(M):
+                h = H[m].detach()
+                try:
+                    if config.error_feedback:
+                        mem = memory[m][idx]
+                        hh = mem + comps[m].roundtrip(h - mem, rng=comp_gens[m])
+                        memory[m][idx] = hh
+                    else:
+                        hh = comps[m].roundtrip(h, rng=comp_gens[m])
+                except ValueError:
+                    if not bool(torch.isfinite(h).all()):
+                        raise FloatingPointError(
+                            f"training diverged: party {m}'s embedding is not finite at round "
+                            f"{r} (t0={t0}); lower lr or use more bits"
+                        ) from None
+                    raise
+                Hhat.append(hh.to(dtype))
+            with torch.no_grad():
+                Zhat = torch.cat(Hhat, dim=1)  # Φ̂^{t0} embeddings, (B, ΣP_m)
+                e_emb = float(((Zhat - torch.cat(H, dim=1)) ** 2).sum())
+                theta0 = torch.cat([q.reshape(-1) for q in server_params]).reshape(1, -1)
+                theta0_hat = c0.roundtrip(theta0, rng=comp_gens[M]).to(dtype).reshape(-1)
+                e_srv = float(((theta0_hat - theta0.reshape(-1)) ** 2).sum())
+                # the parties' copy of the server: C_0(θ_0^{t0}), frozen for the round
+                for v, dst in zip(theta0_hat.split(numels), server_hat_params):
+                    dst.copy_(v.reshape(dst.shape))
+                # party m's input: the others' stale compressed embeddings with its own block
+                # zeroed (exact: multiplication by 0/1), its fresh block added per local step
+                mask = keep_mask if bsz == B else _keep_mask(s.emb_sizes, bsz, dtype)
+                Zrest = (Zhat.unsqueeze(0) * mask.view(M, bsz, -1)).view(M * bsz, -1)
+                for b_hat, b_srv in zip(server_hat.buffers(), server.buffers()):
+                    b_hat.copy_(b_srv)
+            key = (tuple(id(c) for c in comps), id(c0), bsz)
+            if key not in bits_cache:  # payload bits depend only on the compressors and shapes
+                b_nom = float(np.mean([nominal_bits(c) for c in comps]))
+                bits_cache[key] = (
+                    round_bits(comps, c0, bsz, s.emb_sizes, theta0_size),
+                    paper_cost_model(b_nom, float(np.mean(s.emb_sizes)), bsz, M, theta0_size),
+                )
+            rb, paper_bits = bits_cache[key]
+            ledger.record(rb, paper_bits)
+            yrep = yb.repeat(M + 1)
+
+            # -- Q local steps on the same mini-batch
+            for step in range(Q):
+                if step > 0:
+                    H = [p(x) for p, x in zip(parties, xb)]
+                # rows m*B..(m+1)*B: party m's view Φ̂_m^t = {Φ̂_{-m}^{t0}; h_m(θ_m^t)}
+                Zp = Zrest + torch.block_diag(*H)
+                # Σ_m F_B(Φ̂_m^t; C_0(θ_0^{t0})) + F_B(Φ̂^{t0}; θ_0): the blocks' parameters are
+                # disjoint, so one backward gives every ∇_m F_B of Algorithm 1 (each F_B a mean)
+                logits = torch.cat([server_hat(Zp), server(Zhat)], dim=0)
+                loss = nn.functional.cross_entropy(logits, yrep, reduction="sum") / bsz
+                loss.backward()
+                _sgd_step(all_params, eta)
+            r += 1
+            log["bits"].append(rb.total)
+            log["embedding_error"].append(e_emb)
+            log["server_model_error"].append(e_srv)
+            log["lr"].append(eta)
+            err_since.append((e_emb, e_srv))
+            train_time += time.perf_counter() - tick
+            if r % eval_every == 0 or r == total_rounds:
+                record(r)
+        if checkpoint is not None:
+            state = {
+                "identity": identity,
+                "epoch": _epoch + 1,
+                "round": r,
+                "train_time": train_time,
+                "models": [copy.deepcopy(net.state_dict()) for net in [*parties, server]],
+                "batch_gen": batch_gen.bit_generator.state,
+                "comp_gens": [g.bit_generator.state for g in comp_gens],
+                "memory": memory,
+                "ledger": [
+                    (rb_.uploads, rb_.server_model, pb)
+                    for rb_, pb in zip(ledger.rounds, ledger.paper)
+                ],
+                "log": log,
+                "history": history,
+                "err_since": err_since,
+            }
+            buf = io.BytesIO()
+            torch.save(state, buf)
+            atomic_write_bytes(checkpoint, buf.getvalue())
+        if on_epoch_end is not None:
+            on_epoch_end(_epoch + 1)
+
+    for net in [*parties, server]:
+        for q in net.parameters():
+            if not bool(torch.isfinite(q).all()):
+                raise FloatingPointError(
+                    "training diverged (non-finite parameters); lower lr or check the compressor"
+                )
+    metric_vals = [row["test_f1" if dataset.metric == "f1" else "test_accuracy"] for row in history]
+    summary = {
+        **ledger.summary(),
+        "train_seconds": train_time,
+        "wall_seconds": time.perf_counter() - t_start,
+        "embedding_sizes": s.emb_sizes,
+        "theta0_size": theta0_size,
+        "rounds_per_epoch": s.rounds_per_epoch,
+        "final_metric": metric_vals[-1],
+        "max_metric": max(metric_vals),
+    }
+    return RunResult(
+        config.to_dict(),
+        dataset.describe(),
+        history,
+        log,
+        summary,
+        models={"parties": parties, "server": server},
+    )
+
+
+def joint_sgd(
+    dataset: VerticalDataset, config: CVFLConfig
+) -> tuple[list[nn.Module], nn.Module, float]:
+    r"""Plain mini-batch SGD on the joint model :math:`\Theta` (the C1 oracle and benchmark baseline).
+
+    Same initialisation, batches and step sizes as :func:`train` under the same ``config``; no
+    compression, no local steps (``config.Q`` and the compressors are ignored).
+
+    Returns
+    -------
+    parties, server, seconds
+        The trained modules and the training time (excluding set-up).
+    """
+    s = _setup(dataset, config)
+    parties, server = s.parties, s.server
+    params = [q for net in [*parties, server] for q in net.parameters()]
+    Xtr = [torch.as_tensor(p, dtype=s.dtype) for p in dataset.train_parts]
+    ytr = torch.as_tensor(dataset.y_train)
+    batch_gen = np.random.default_rng(s.seeds[1])
+    opt = torch.optim.SGD(params, lr=1.0)
+    r = 0
+    seconds = 0.0
+    for _ in range(config.epochs):
+        for batch in minibatches(dataset.n_train, config.batch_size, batch_gen):
+            tick = time.perf_counter()
+            for g in opt.param_groups:
+                g["lr"] = float(s.lr(r))
+            idx = torch.from_numpy(batch)
+            loss = nn.functional.cross_entropy(
+                _forward(parties, server, [X[idx] for X in Xtr]), ytr[idx]
+            )
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            r += 1
+            seconds += time.perf_counter() - tick
+    return parties, server, seconds

@@ -1,0 +1,593 @@
+r"""Vertically partitioned data sets (THEORY C0, C8).
+
+A :class:`VerticalDataset` holds, for ``M`` parties, the feature blocks :math:`X_m \in
+\mathbb{R}^{N \times D_m}` of the *same* ``N`` samples, the labels (known to every party, C0) and a
+fixed train/test split. Built-in sets work offline from scikit-learn and stand in for the paper's
+experiments (C8):
+
+``digits-quadrants``
+    each 8×8 digit cut into four 4×4 quadrants, one per party (the CIFAR-10 set-up);
+``digits-views``
+    12 deterministic views of each digit (rotations by multiples of 30°), ``parties=4`` parties
+    holding 3 views each or ``parties=12`` holding one (the ModelNet10 set-up);
+``breast-cancer``
+    30 tabular features split by columns over 4 parties, binary and imbalanced, F1 metric (the
+    MIMIC-III set-up).
+
+Loaders for the original data sets read local files only (:func:`load_npz`, :func:`load_csv`,
+:func:`load_original`); nothing is ever downloaded.
+
+References
+----------
+- [CVFL]_ Castiglia, Das, Wang & Patterson, "Compressed-VFL: Communication-Efficient Learning with
+   Vertically Partitioned Data", ICML 2022.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cvfl_theory._rng import RNGLike, as_generator
+
+__all__ = [
+    "VerticalDataset",
+    "load_dataset",
+    "dataset_names",
+    "load_npz",
+    "load_csv",
+    "load_original",
+]
+
+_TASKS = ("classification",)
+_METRICS = ("accuracy", "f1")
+
+
+def _as_2d_float(a: Any, name: str) -> np.ndarray:
+    """Return ``a`` as a finite 2-D float64 array ``(N, D)``, flattening trailing axes."""
+    if hasattr(a, "detach"):
+        a = a.detach().cpu().numpy()
+    try:
+        arr = np.asarray(a)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be an array of numbers, got {type(a).__name__}") from None
+    if arr.dtype == bool or arr.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if arr.ndim < 1:
+        raise ValueError(f"{name} must have a sample axis, got a scalar")
+    arr = arr.reshape(arr.shape[0], -1) if arr.ndim != 2 else arr
+    arr = arr.astype(np.float64)
+    if arr.shape[0] < 1 or arr.shape[1] < 1:
+        raise ValueError(f"{name} must have N >= 1 rows and D >= 1 columns, got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        bad = tuple(int(b) for b in np.argwhere(~np.isfinite(arr))[0])
+        raise ValueError(f"{name} must be finite; found {arr[bad]} at (sample, feature) {bad}")
+    return arr
+
+
+@dataclass
+class VerticalDataset:
+    r"""Feature blocks of ``M`` parties over the same samples, labels and a train/test split (C0).
+
+    Attributes
+    ----------
+    train_parts, test_parts : list of numpy.ndarray
+        ``M`` arrays of shape ``(N_train, D_m)`` / ``(N_test, D_m)``, float64; party ``m`` holds
+        block ``m`` only.
+    y_train, y_test : numpy.ndarray
+        Integer labels in ``0 .. n_classes - 1``.
+    n_classes : int
+        Number of classes (labels are validated against it).
+    task : str
+        ``"classification"`` (cross-entropy loss).
+    metric : str
+        The headline metric, ``"accuracy"`` or ``"f1"`` (binary F1 of class 1, macro F1 for more
+        classes); both are always reported.
+    name : str
+        Short name used in results.
+    party_shapes : list of tuple or None
+        Optional per-party sample shapes (e.g. ``(3, 8, 8)`` for three 8×8 views) for models that
+        reshape the flat block (CNN, GRU). ``prod(shape) == D_m``.
+    """
+
+    train_parts: list[np.ndarray]
+    test_parts: list[np.ndarray]
+    y_train: np.ndarray
+    y_test: np.ndarray
+    n_classes: int
+    task: str = "classification"
+    metric: str = "accuracy"
+    name: str = "custom"
+    party_shapes: list[tuple[int, ...]] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_arrays(
+        cls,
+        parts: Sequence[Any],
+        y: Any,
+        task: str = "classification",
+        test_fraction: float = 0.2,
+        rng: RNGLike = 0,
+        *,
+        metric: str = "accuracy",
+        name: str = "custom",
+        n_classes: int | None = None,
+        party_shapes: Sequence[tuple[int, ...]] | None = None,
+        standardize: bool = False,
+    ) -> VerticalDataset:
+        r"""Build a data set from per-party feature arrays and labels.
+
+        The split is stratified by class and drawn from ``rng``, so the same seed gives the same
+        split.
+
+        Parameters
+        ----------
+        parts : sequence of array_like
+            ``M >= 1`` arrays with the same number of samples ``N``; trailing axes are flattened.
+        y : array_like
+            ``N`` integer labels in ``0 .. n_classes - 1``.
+        task : str
+            ``"classification"``.
+        test_fraction : float
+            Fraction of samples in the test set, in ``(0, 1)``.
+        rng : int, Generator or None
+            Seed of the split.
+        metric : str
+            ``"accuracy"`` or ``"f1"``.
+        name : str
+            Name recorded in results.
+        n_classes : int, optional
+            Defaults to ``max(y) + 1``.
+        party_shapes : sequence of tuple, optional
+            Per-party sample shapes for CNN/GRU party models.
+        standardize : bool
+            Scale every feature to zero mean and unit variance using *training* statistics.
+
+        Returns
+        -------
+        VerticalDataset
+
+        Raises
+        ------
+        ValueError
+            Different sample counts, NaN/inf features, labels out of range, bad fractions.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> X = np.arange(40.0).reshape(10, 4)
+        >>> ds = VerticalDataset.from_arrays([X[:, :2], X[:, 2:]], np.arange(10) % 2)
+        >>> ds.n_parties, ds.n_train, ds.n_test
+        (2, 8, 2)
+        """
+        if task not in _TASKS:
+            raise ValueError(f"task must be one of {_TASKS}, got {task!r}")
+        if isinstance(parts, np.ndarray) or not isinstance(parts, Sequence) or len(parts) < 1:
+            raise TypeError("parts must be a non-empty list of per-party arrays (one per party)")
+        arrays = [_as_2d_float(p, f"parts[{m}]") for m, p in enumerate(parts)]
+        counts = [a.shape[0] for a in arrays]
+        if len(set(counts)) != 1:
+            raise ValueError(
+                f"parts must all hold the same samples; got sample counts {counts} per party"
+            )
+        yv = np.asarray(y.detach().cpu().numpy() if hasattr(y, "detach") else y)
+        if yv.ndim != 1 or yv.shape[0] != counts[0]:
+            raise ValueError(
+                f"y must be a 1-D array of length N={counts[0]} (the parts' sample count), "
+                f"got shape {yv.shape}"
+            )
+        if yv.dtype.kind == "f":
+            if not np.all(np.isfinite(yv)) or not np.all(yv == np.round(yv)):
+                raise ValueError("y must hold integer class labels")
+        elif yv.dtype.kind not in "iu":
+            raise TypeError(f"y must hold integer class labels, got dtype {yv.dtype}")
+        yv = yv.astype(np.int64)
+        k = int(yv.max()) + 1 if n_classes is None else int(n_classes)
+        if not 0.0 < float(test_fraction) < 1.0:
+            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        gen = as_generator(rng)
+        train_idx, test_idx = _stratified_split(yv, float(test_fraction), gen)
+        if len(train_idx) == 0 or len(test_idx) == 0:
+            raise ValueError(
+                f"test_fraction={test_fraction} leaves an empty train or test set for N={counts[0]}"
+            )
+        tr = [a[train_idx] for a in arrays]
+        te = [a[test_idx] for a in arrays]
+        if standardize:
+            for m in range(len(tr)):
+                mu = tr[m].mean(axis=0)
+                sd = tr[m].std(axis=0)
+                sd[sd == 0] = 1.0
+                tr[m] = (tr[m] - mu) / sd
+                te[m] = (te[m] - mu) / sd
+        return cls(
+            train_parts=tr,
+            test_parts=te,
+            y_train=yv[train_idx],
+            y_test=yv[test_idx],
+            n_classes=k,
+            task=task,
+            metric=metric,
+            name=name,
+            party_shapes=None if party_shapes is None else [tuple(s) for s in party_shapes],
+        )
+
+    # ------------------------------------------------------------------ checks and views
+    def validate(self) -> None:
+        """Check shapes, finiteness and label range; raise a ValueError naming the problem."""
+        if len(self.train_parts) != len(self.test_parts) or len(self.train_parts) < 1:
+            raise ValueError(
+                f"train_parts and test_parts must list the same M >= 1 parties, got "
+                f"{len(self.train_parts)} and {len(self.test_parts)}"
+            )
+        for split, parts, y in (
+            ("train", self.train_parts, self.y_train),
+            ("test", self.test_parts, self.y_test),
+        ):
+            counts = [np.shape(p)[0] for p in parts]
+            if len(set(counts)) != 1:
+                raise ValueError(
+                    f"{split}_parts must all hold the same samples; got sample counts {counts}"
+                )
+            if np.shape(y) != (counts[0],):
+                raise ValueError(f"y_{split} must have shape ({counts[0]},), got {np.shape(y)}")
+            for m, p in enumerate(parts):
+                if np.ndim(p) != 2:
+                    raise ValueError(f"{split}_parts[{m}] must be 2-D (N, D_m), got {np.shape(p)}")
+                if not np.isfinite(p).all():
+                    raise ValueError(f"{split}_parts[{m}] must be finite (found NaN or inf)")
+            if len(y) and (np.min(y) < 0 or np.max(y) >= self.n_classes):
+                raise ValueError(
+                    f"y_{split} labels must be in [0, {self.n_classes - 1}] (n_classes="
+                    f"{self.n_classes}); got range [{int(np.min(y))}, {int(np.max(y))}]"
+                )
+        dims_tr = [p.shape[1] for p in self.train_parts]
+        dims_te = [p.shape[1] for p in self.test_parts]
+        if dims_tr != dims_te:
+            raise ValueError(f"train/test feature sizes differ per party: {dims_tr} vs {dims_te}")
+        if self.n_classes < 2:
+            raise ValueError(f"n_classes must be >= 2, got {self.n_classes}")
+        if self.metric not in _METRICS:
+            raise ValueError(f"metric must be one of {_METRICS}, got {self.metric!r}")
+        if self.party_shapes is not None:
+            if len(self.party_shapes) != len(dims_tr):
+                raise ValueError("party_shapes must give one shape per party")
+            for m, (s, d) in enumerate(zip(self.party_shapes, dims_tr)):
+                if int(np.prod(s)) != d:
+                    raise ValueError(f"party_shapes[{m}]={s} does not hold D_{m}={d} features")
+
+    @property
+    def n_parties(self) -> int:
+        """Number of parties ``M``."""
+        return len(self.train_parts)
+
+    @property
+    def n_train(self) -> int:
+        """Number of training samples."""
+        return int(self.y_train.shape[0])
+
+    @property
+    def n_test(self) -> int:
+        """Number of test samples."""
+        return int(self.y_test.shape[0])
+
+    @property
+    def feature_dims(self) -> list[int]:
+        """Block sizes ``D_m``."""
+        return [int(p.shape[1]) for p in self.train_parts]
+
+    def joint_train(self) -> np.ndarray:
+        """The concatenated training features ``[X_1, ..., X_M]`` (for the joint-model oracle)."""
+        return np.concatenate(self.train_parts, axis=1)
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary (name, sizes, metric) recorded with every result."""
+        return {
+            "name": self.name,
+            "n_parties": self.n_parties,
+            "feature_dims": self.feature_dims,
+            "n_train": self.n_train,
+            "n_test": self.n_test,
+            "n_classes": self.n_classes,
+            "metric": self.metric,
+            **self.info,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"VerticalDataset(name={self.name!r}, parties={self.n_parties}, "
+            f"D_m={self.feature_dims}, train={self.n_train}, test={self.n_test}, "
+            f"classes={self.n_classes}, metric={self.metric!r})"
+        )
+
+
+def _stratified_split(
+    y: np.ndarray, test_fraction: float, gen: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per class, shuffle and send ``round(test_fraction * n_c)`` samples to the test set."""
+    train, test = [], []
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        idx = idx[gen.permutation(len(idx))]
+        n_test = int(round(test_fraction * len(idx)))
+        if len(idx) > 1:
+            n_test = min(max(n_test, 1), len(idx) - 1)
+        test.append(idx[:n_test])
+        train.append(idx[n_test:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+
+
+# ---------------------------------------------------------------------- built-in sets
+def _digits() -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return d.images.astype(np.float64) / 16.0, d.target.astype(np.int64)
+
+
+def digits_quadrants(test_fraction: float = 0.2, rng: RNGLike = 0) -> VerticalDataset:
+    """scikit-learn digits, each 8×8 image cut into four 4×4 quadrants, one per party (C8).
+
+    Party order: top-left, top-right, bottom-left, bottom-right; 16 features each, pixel values
+    scaled to ``[0, 1]``.
+    """
+    img, y = _digits()
+    parts = [img[:, r : r + 4, c : c + 4].reshape(len(y), 16) for r in (0, 4) for c in (0, 4)]
+    return VerticalDataset.from_arrays(
+        parts,
+        y,
+        test_fraction=test_fraction,
+        rng=rng,
+        name="digits-quadrants",
+        party_shapes=[(1, 4, 4)] * 4,
+    )
+
+
+def digit_views(images: np.ndarray, n_views: int = 12) -> np.ndarray:
+    r"""Deterministic views: image ``k`` rotated by :math:`30k` degrees (bilinear, same size).
+
+    Parameters
+    ----------
+    images : numpy.ndarray
+        ``(N, H, W)``.
+    n_views : int
+        Number of views (angles ``360 k / n_views``).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(N, n_views, H, W)``.
+    """
+    from scipy.ndimage import rotate
+
+    out = np.empty((images.shape[0], n_views) + images.shape[1:], dtype=np.float64)
+    for k in range(n_views):
+        angle = 360.0 * k / n_views
+        out[:, k] = rotate(images, angle, axes=(1, 2), reshape=False, order=1, mode="constant")
+    return np.clip(out, 0.0, None)
+
+
+def digits_views(parties: int = 4, test_fraction: float = 0.2, rng: RNGLike = 0) -> VerticalDataset:
+    """12 rotated views of each digit over 4 parties (3 views each) or 12 parties (1 view) (C8)."""
+    if parties not in (4, 12):
+        raise ValueError(f"parties must be 4 or 12 for digits-views, got {parties}")
+    img, y = _digits()
+    views = digit_views(img, 12)
+    per = 12 // parties
+    parts = [views[:, per * p : per * (p + 1)].reshape(len(y), -1) for p in range(parties)]
+    return VerticalDataset.from_arrays(
+        parts,
+        y,
+        test_fraction=test_fraction,
+        rng=rng,
+        name=f"digits-views-{parties}",
+        party_shapes=[(per, 8, 8)] * parties,
+    )
+
+
+def breast_cancer(
+    parties: int = 4, test_fraction: float = 0.2, rng: RNGLike = 0
+) -> VerticalDataset:
+    """Wisconsin breast cancer: 30 features split by columns over parties, binary, F1 (C8).
+
+    Label 1 is *malignant* (the minority, 212 of 569), so F1 is the F1 of the diagnosis of
+    interest; features are standardised with training statistics.
+    """
+    from sklearn.datasets import load_breast_cancer
+
+    d = load_breast_cancer()
+    y = (d.target == 0).astype(np.int64)  # sklearn: 0 = malignant; we make malignant the positive
+    cols = np.array_split(np.arange(d.data.shape[1]), parties)
+    parts = [d.data[:, c] for c in cols]
+    return VerticalDataset.from_arrays(
+        parts,
+        y,
+        test_fraction=test_fraction,
+        rng=rng,
+        metric="f1",
+        name="breast-cancer",
+        standardize=True,
+    )
+
+
+_BUILTINS: dict[str, Callable[..., VerticalDataset]] = {
+    "digits-quadrants": digits_quadrants,
+    "digits-views": digits_views,
+    "breast-cancer": breast_cancer,
+}
+
+
+def dataset_names() -> list[str]:
+    """Names accepted by :func:`load_dataset`."""
+    return sorted(_BUILTINS)
+
+
+def load_dataset(name: str, **kwargs: Any) -> VerticalDataset:
+    """Load a built-in data set by name (offline).
+
+    Parameters
+    ----------
+    name : str
+        One of :func:`dataset_names` (``digits-views-4`` / ``digits-views-12`` are accepted as
+        shorthands for ``digits-views`` with ``parties=4`` / ``12``).
+    **kwargs
+        Passed to the loader (``test_fraction``, ``rng``, ``parties``).
+
+    Raises
+    ------
+    ValueError
+        Unknown name; the message lists the known ones.
+
+    Examples
+    --------
+    >>> load_dataset("digits-quadrants").feature_dims
+    [16, 16, 16, 16]
+    """
+    if isinstance(name, str) and name.startswith("digits-views-"):
+        suffix = name.rsplit("-", 1)[1]
+        if suffix.isdigit():
+            return digits_views(parties=int(suffix), **kwargs)
+    if name not in _BUILTINS:
+        raise ValueError(
+            f"unknown data set name {name!r}; known names: {', '.join(dataset_names())} "
+            "(and digits-views-4, digits-views-12)"
+        )
+    return _BUILTINS[name](**kwargs)
+
+
+# ---------------------------------------------------------------------- local files
+def _check_path(path: str | os.PathLike[str]) -> str:
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise FileNotFoundError(
+            f"path {p!r} is not a file (nothing is downloaded; give a local file)"
+        )
+    return p
+
+
+def load_npz(
+    path: str | os.PathLike[str],
+    *,
+    x_key: str = "X",
+    y_key: str = "y",
+    parties: int = 4,
+    split_axis: int = -1,
+    name: str | None = None,
+    **kwargs: Any,
+) -> VerticalDataset:
+    """Read ``X`` and ``y`` from a local ``.npz`` and split ``X`` into parties along an axis.
+
+    Parameters
+    ----------
+    path : path-like
+        A local ``.npz`` file.
+    x_key, y_key : str
+        Array names in the file.
+    parties : int
+        Number of parties; axis ``split_axis`` of ``X`` (not the sample axis) is cut into this
+        many near-equal contiguous blocks (columns for tabular data, e.g. 76 MIMIC-III features
+        into 4 × 19; views for multi-view data).
+    split_axis : int
+        Axis of ``X`` to split (``-1`` = last).
+    name : str, optional
+        Recorded name (defaults to the file stem).
+    **kwargs
+        Passed to :meth:`VerticalDataset.from_arrays`.
+    """
+    p = _check_path(path)
+    with np.load(p, allow_pickle=False) as f:
+        missing = [k for k in (x_key, y_key) if k not in f.files]
+        if missing:
+            raise ValueError(f"{p!r} has no array(s) {missing}; it holds {f.files}")
+        X, y = np.asarray(f[x_key]), np.asarray(f[y_key])
+    if X.ndim < 2:
+        raise ValueError(f"{x_key} must have a sample axis and at least one feature axis")
+    ax = split_axis % X.ndim
+    if ax == 0:
+        raise ValueError("split_axis must not be the sample axis 0")
+    if not 1 <= parties <= X.shape[ax]:
+        raise ValueError(f"parties must be in [1, {X.shape[ax]}], got {parties}")
+    blocks = np.array_split(np.arange(X.shape[ax]), parties)
+    parts = [np.take(X, b, axis=ax) for b in blocks]
+    shapes = [tuple(pp.shape[1:]) for pp in parts]
+    kwargs.setdefault("party_shapes", shapes)
+    return VerticalDataset.from_arrays(
+        parts, y, name=name or os.path.splitext(os.path.basename(p))[0], **kwargs
+    )
+
+
+def load_csv(
+    path: str | os.PathLike[str],
+    *,
+    label_column: str | int = -1,
+    parties: int = 4,
+    name: str | None = None,
+    **kwargs: Any,
+) -> VerticalDataset:
+    """Read a local numeric CSV (header row optional), split the feature columns over parties."""
+    p = _check_path(path)
+    with open(p, newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows:
+        raise ValueError(f"{p!r} is empty")
+    header: list[str] | None = None
+    try:
+        [float(v) for v in rows[0]]
+    except ValueError:
+        header, rows = rows[0], rows[1:]
+    try:
+        data = np.array([[float(v) for v in r] for r in rows], dtype=np.float64)
+    except ValueError as err:
+        raise ValueError(f"{p!r} must be numeric apart from an optional header: {err}") from None
+    if isinstance(label_column, str):
+        if header is None or label_column not in header:
+            raise ValueError(f"label_column {label_column!r} not in the CSV header {header}")
+        li = header.index(label_column)
+    else:
+        li = int(label_column) % data.shape[1]
+    y = data[:, li]
+    X = np.delete(data, li, axis=1)
+    cols = np.array_split(np.arange(X.shape[1]), parties)
+    return VerticalDataset.from_arrays(
+        [X[:, c] for c in cols], y, name=name or os.path.splitext(os.path.basename(p))[0], **kwargs
+    )
+
+
+def load_original(name: str, path: str | os.PathLike[str], **kwargs: Any) -> VerticalDataset:
+    """Loaders for the paper's original data sets (C8) from local preprocessed ``.npz`` files.
+
+    ``"mimic3"``: ``X`` of shape ``(N, T, 76)`` (time series), ``y`` in-hospital mortality;
+    4 parties × 19 features (split on the feature axis; GRU party models).
+    ``"cifar10"``: ``X`` of shape ``(N, 32, 32, 3)`` or ``(N, 3, 32, 32)``, cut into 4 quadrants.
+    ``"modelnet10"``: ``X`` of shape ``(N, 12, H, W)`` (12 views), over ``parties=4`` or ``12``.
+    Nothing is downloaded.
+    """
+    p = _check_path(path)
+    if name == "mimic3":
+        kwargs.setdefault("metric", "f1")
+        return load_npz(p, parties=4, split_axis=-1, name="mimic3", **kwargs)
+    if name == "modelnet10":
+        return load_npz(p, split_axis=1, name="modelnet10", **kwargs)
+    if name == "cifar10":
+        with np.load(p, allow_pickle=False) as f:
+            X, y = np.asarray(f["X"]), np.asarray(f["y"])
+        if X.ndim != 4:
+            raise ValueError(f"cifar10 X must be (N, 32, 32, 3) or (N, 3, 32, 32), got {X.shape}")
+        if X.shape[-1] == 3:
+            X = X.transpose(0, 3, 1, 2)
+        h, w = X.shape[2] // 2, X.shape[3] // 2
+        parts = [X[:, :, r : r + h, c : c + w] for r in (0, h) for c in (0, w)]
+        return VerticalDataset.from_arrays(
+            parts, y, name="cifar10", party_shapes=[tuple(q.shape[1:]) for q in parts], **kwargs
+        )
+    raise ValueError(f"unknown original data set {name!r}; known: cifar10, mimic3, modelnet10")

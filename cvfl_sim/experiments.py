@@ -1,0 +1,689 @@
+r"""The paper's experiments on offline stand-in data (THEORY C7, C8), resumable.
+
+Four sweeps, each writing a results folder (CSV, markdown table, PNG plots):
+
+``compressors`` (Tables 2–4)
+    every data set × {scalar, hexagonal lattice, top-k} × ``b ∈ {2, 3, 4}`` and the ``b = 32``
+    baseline, several seeds: max metric mean ± std and bits to reach the target; and the headline
+    claim of [CVFL] measured on ``digits-quadrants`` (:func:`headline_claim`).
+``local-steps`` (Table 5)
+    ``Q ∈ {1, 10, 25}`` with lattice quantization at ``b = 3`` on the F1 task; wall time to target
+    under the C7 time model for round trips of 1/10/50/200 ms.
+``parties`` (Figure 4)
+    ``digits-views`` with 4 vs 12 parties, lattice quantization at ``b ∈ {2, 3, 4, 32}``.
+``curves`` (Figure 3)
+    metric vs epochs and vs bits with mean ± std bands on ``digits-quadrants``.
+
+Every finished run is one JSON file under ``<out>/runs/`` named by its specification (including a
+hash of the training settings), written atomically; an interrupted sweep rerun with the same
+arguments loads the finished runs and computes only the missing ones.
+
+Targets: the paper fixes a target per data set; here the target of a sweep is
+``target_fraction`` (default 0.95) × the mean over seeds of the reference configuration's maximum
+metric (``b = 32`` for compressors and parties, the best ``Q`` for local steps), stated in every
+table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .algorithm import CVFLConfig, train
+from .data import VerticalDataset, load_dataset
+from .results import RunResult, atomic_write_text
+from .timing import LATENCIES, T_COMPUTE, time_to_target
+
+__all__ = [
+    "RunSpec",
+    "SETTINGS",
+    "EXPERIMENTS",
+    "make_compressor",
+    "run_sweep",
+    "aggregate",
+    "headline_claim",
+    "run_experiment",
+]
+
+COMPRESSORS = ("scalar", "lattice", "topk")
+BITS = (2, 3, 4)
+
+SETTINGS: dict[str, dict[str, Any]] = {
+    "digits-quadrants": {
+        "lr": 0.05,
+        "Q": 10,
+        "batch_size": 64,
+        "embedding_size": 16,
+        "epochs": 20,
+        "quick_epochs": 8,
+        "eval_every": 5,
+    },
+    "breast-cancer": {
+        "lr": 0.05,
+        "Q": 10,
+        "batch_size": 64,
+        "embedding_size": 16,
+        "epochs": 20,
+        "quick_epochs": 8,
+        "eval_every": 5,
+    },
+    "digits-views-4": {
+        "lr": 0.05,
+        "Q": 10,
+        "batch_size": 64,
+        "embedding_size": 16,
+        "epochs": 15,
+        "quick_epochs": 5,
+        "eval_every": 5,
+    },
+    "digits-views-12": {
+        "lr": 0.05,
+        "Q": 10,
+        "batch_size": 64,
+        "embedding_size": 16,
+        "epochs": 15,
+        "quick_epochs": 5,
+        "eval_every": 5,
+    },
+}
+"""Training settings per data set (MLP parties, linear server head, plain SGD; evaluation every
+``eval_every`` rounds, so bits and rounds to target are resolved to 5 rounds)."""
+
+RANGE = "minmax-tensor"
+"""Quantizer range: min–max of each message, sent as two float32 per message (C5.5)."""
+
+
+def make_compressor(kind: str, bits: int) -> Any:
+    """The compressor of a sweep cell; ``bits = 32`` is the uncompressed ``Identity()`` baseline.
+
+    ``scalar``: :class:`ScalarQuantizer` (C5.1); ``lattice``: :class:`HexLatticeQuantizer`
+    (C5.2); ``topk``: :class:`TopK` with ``k = P b / 32`` (C5.4, index bits counted). Quantizers use
+    the min–max range of each message (:data:`RANGE`).
+    """
+    from cvfl_theory.compressors import Identity
+
+    if bits == 32 or kind == "none":
+        return Identity()
+    if kind == "scalar":
+        from cvfl_theory.compressors import ScalarQuantizer
+
+        return ScalarQuantizer(bits, range=RANGE)
+    if kind == "lattice":
+        from cvfl_theory.compressors import HexLatticeQuantizer
+
+        return HexLatticeQuantizer(bits=bits, range=RANGE)
+    if kind == "topk":
+        from cvfl_theory.compressors import TopK
+
+        return TopK(bits=bits)
+    raise ValueError(f"compressor kind must be one of {COMPRESSORS} or 'none', got {kind!r}")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of a sweep (a cell × a seed)."""
+
+    dataset: str
+    compressor: str
+    bits: int
+    Q: int
+    seed: int
+    epochs: int
+    eval_every: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.bits == 32:  # the uncompressed baseline is one run whatever the sweep calls it
+            object.__setattr__(self, "compressor", "none")
+
+    @property
+    def cell(self) -> tuple[str, str, int, int]:
+        """The sweep cell (everything but the seed)."""
+        return (self.dataset, self.compressor, self.bits, self.Q)
+
+    def config(self) -> CVFLConfig:
+        """The :class:`CVFLConfig` of this run."""
+        st = SETTINGS[self.dataset]
+        return CVFLConfig(
+            Q=self.Q,
+            lr=st["lr"],
+            epochs=self.epochs,
+            batch_size=st["batch_size"],
+            embedding_size=st["embedding_size"],
+            compressor=make_compressor(self.compressor, self.bits),
+            seed=self.seed,
+            eval_every=self.eval_every if self.eval_every is not None else st.get("eval_every"),
+        )
+
+    def key(self) -> str:
+        """File name stem: readable fields plus a hash of the data set's training settings."""
+        h = hashlib.sha1(
+            json.dumps([asdict(self), SETTINGS[self.dataset], RANGE], sort_keys=True).encode()
+        ).hexdigest()[:8]
+        comp = "none" if self.bits == 32 else self.compressor
+        return f"{self.dataset}_{comp}-b{self.bits}_Q{self.Q}_e{self.epochs}_s{self.seed}_{h}"
+
+
+_DATA_CACHE: dict[str, VerticalDataset] = {}
+
+
+def _dataset(name: str) -> VerticalDataset:
+    if name not in _DATA_CACHE:
+        _DATA_CACHE[name] = load_dataset(name)
+    return _DATA_CACHE[name]
+
+
+class _Progress:
+    """A one-line-per-run progress printer with an ETA (no dependencies)."""
+
+    def __init__(self, total: int, stream: Any = None) -> None:
+        self.total, self.done, self.computed = total, 0, 0
+        self.t0 = time.perf_counter()
+        self.stream = stream or sys.stderr
+
+    def step(self, label: str, cached: bool, seconds: float) -> None:
+        self.done += 1
+        self.computed += 0 if cached else 1
+        elapsed = time.perf_counter() - self.t0
+        rate = elapsed / max(self.computed, 1)
+        eta = rate * (self.total - self.done) if self.computed else 0.0
+        width = 20
+        fill = int(width * self.done / max(self.total, 1))
+        bar = "#" * fill + "." * (width - fill)
+        status = "cached" if cached else f"{seconds:5.1f}s"
+        print(
+            f"[{bar}] {self.done:>3}/{self.total} {label:<48} {status}  ETA {eta:5.0f}s",
+            file=self.stream,
+            flush=True,
+        )
+
+
+def run_sweep(
+    specs: Sequence[RunSpec],
+    out: str | os.PathLike[str],
+    force: bool = False,
+    progress: bool = True,
+) -> dict[RunSpec, RunResult]:
+    """Run (or load) every spec; one atomically written file per finished run.
+
+    Parameters
+    ----------
+    specs : sequence of RunSpec
+    out : path-like
+        Results root; runs go to ``<out>/runs/<key>.json``.
+    force : bool
+        Recompute even if a run file exists.
+    progress : bool
+        Print a progress line per run to stderr.
+    """
+    folder = os.path.join(os.fspath(out), "runs")
+    os.makedirs(folder, exist_ok=True)
+    bar = _Progress(len(specs)) if progress else None
+    results: dict[RunSpec, RunResult] = {}
+    for spec in specs:
+        path = os.path.join(folder, spec.key() + ".json")
+        tick = time.perf_counter()
+        cached = os.path.exists(path) and not force
+        if cached:
+            res = RunResult.load(path)
+        else:
+            res = train(_dataset(spec.dataset), spec.config())
+            res.save(path)
+        results[spec] = res
+        if bar is not None:
+            bar.step(spec.key().rsplit("_", 1)[0], cached, time.perf_counter() - tick)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# aggregation
+# ---------------------------------------------------------------------------------------------
+def _mean_std(v: Sequence[float]) -> tuple[float, float]:
+    a = np.asarray(v, dtype=float)
+    if np.isinf(a).any():
+        return math.inf, math.nan
+    return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0
+
+
+def aggregate(
+    results: dict[RunSpec, RunResult], target: float, metric: str | None = None
+) -> list[dict[str, Any]]:
+    """One row per sweep cell: max metric mean ± std, bits and rounds to ``target``."""
+    cells: dict[tuple[Any, ...], list[tuple[RunSpec, RunResult]]] = {}
+    for spec, res in results.items():
+        cells.setdefault(spec.cell, []).append((spec, res))
+    rows = []
+    for cell, items in cells.items():
+        maxes = [r.max_metric(metric) for _, r in items]
+        bits = [r.bits_to_target(target, metric) for _, r in items]
+        rounds = [r.rounds_to_target(target, metric) for _, r in items]
+        paper = [r.bits_to_target(target, metric, "bits_paper_model") for _, r in items]
+        reached = [b for b in bits if math.isfinite(b)]
+        m, s = _mean_std(maxes)
+        bm, bs = _mean_std(bits)
+        rm, rs = _mean_std(rounds)
+        rows.append(
+            {
+                "dataset": cell[0],
+                "compressor": "none" if cell[2] == 32 else cell[1],
+                "bits_per_component": cell[2],
+                "Q": cell[3],
+                "seeds": len(items),
+                "metric": items[0][1].metric,
+                "max_metric_mean": m,
+                "max_metric_std": s,
+                "target": target,
+                "reached": len(reached),
+                "bits_to_target_mean": bm,
+                "bits_to_target_std": bs,
+                "bits_to_target_reached_mean": float(np.mean(reached)) if reached else math.inf,
+                "paper_bits_to_target_mean": _mean_std(paper)[0],
+                "rounds_to_target_mean": rm,
+                "rounds_to_target_std": rs,
+                "total_bits_mean": float(np.mean([r.summary["total_bits"] for _, r in items])),
+            }
+        )
+    return rows
+
+
+def _fmt(v: Any, digits: int = 4) -> str:
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "not reached"
+        if math.isnan(v):
+            return "–"
+        if abs(v) >= 1e5:
+            return f"{v:.3e}"
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def write_table(
+    rows: list[dict[str, Any]], folder: str, stem: str, columns: Sequence[str] | None = None
+) -> None:
+    """Write ``<stem>.csv`` and ``<stem>.md`` (atomic)."""
+    if not rows:
+        return
+    cols = list(columns or rows[0].keys())
+    lines = [",".join(cols)] + [",".join(str(r.get(c, "")) for c in cols) for r in rows]
+    atomic_write_text(os.path.join(folder, stem + ".csv"), "\n".join(lines) + "\n")
+    md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    md += ["| " + " | ".join(_fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    atomic_write_text(os.path.join(folder, stem + ".md"), "\n".join(md) + "\n")
+
+
+def _bands(results: list[RunResult], xkey: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row-wise mean ± std of the metric over seeds (runs share their evaluation rounds)."""
+    n = min(len(r.history) for r in results)
+    x = np.mean([[row[xkey] for row in r.history[:n]] for r in results], axis=0)
+    y = np.array([r.metric_values()[:n] for r in results])
+    return x, y.mean(0), y.std(0)
+
+
+def _plot(
+    groups: dict[str, list[RunResult]], path: str, title: str, xkeys: Sequence[str] = ("bits",)
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(xkeys), figsize=(5.5 * len(xkeys), 4), squeeze=False)
+    for ax, xkey in zip(axes[0], xkeys):
+        for label, runs in groups.items():
+            x, m, s = _bands(runs, xkey)
+            if xkey == "bits":  # log axis: leave out the evaluation before any message
+                keep = x > 0
+                x, m, s = x[keep], m[keep], s[keep]
+            (line,) = ax.plot(x, m, label=label)
+            ax.fill_between(x, m - s, m + s, color=line.get_color(), alpha=0.2)
+        if xkey == "bits":
+            ax.set_xscale("log")
+        ax.set_xlabel({"bits": "bits communicated (C6 ledger)", "epoch": "epoch"}[xkey])
+        any_runs = next(iter(groups.values()))
+        ax.set_ylabel("test " + any_runs[0].metric)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# the headline claim
+# ---------------------------------------------------------------------------------------------
+def headline_claim(rows: list[dict[str, Any]], dataset: str = "digits-quadrants") -> dict[str, Any]:
+    r"""Check the headline claim of [CVFL] on one data set (C8).
+
+    At ``b = 2`` each compressor reaches the ``b = 32`` target with at least 90% fewer bits, at a
+    maximum metric within the seeds' spread.
+
+    "Within the seeds' spread" is taken as: the ``b = 2`` mean max metric is at least the ``b = 32``
+    mean minus the sum of the two standard deviations (the ±1 std intervals overlap, or ``b = 2``
+    is better).
+
+    Returns
+    -------
+    dict
+        ``per_compressor`` verdict rows and ``holds`` (True only if every compressor passes).
+    """
+    base = [r for r in rows if r["dataset"] == dataset and r["bits_per_component"] == 32]
+    if not base:
+        raise ValueError(f"no b = 32 baseline for {dataset!r} in the rows")
+    b = base[0]
+    out = []
+    for kind in COMPRESSORS:
+        cand = [
+            r
+            for r in rows
+            if r["dataset"] == dataset and r["compressor"] == kind and r["bits_per_component"] == 2
+        ]
+        if not cand:
+            continue
+        c = cand[0]
+        reduction = (
+            1.0 - c["bits_to_target_mean"] / b["bits_to_target_mean"]
+            if math.isfinite(c["bits_to_target_mean"]) and math.isfinite(b["bits_to_target_mean"])
+            else -math.inf
+        )
+        paper_reduction = (
+            1.0 - c["paper_bits_to_target_mean"] / b["paper_bits_to_target_mean"]
+            if math.isfinite(c.get("paper_bits_to_target_mean", math.inf))
+            and math.isfinite(b.get("paper_bits_to_target_mean", math.inf))
+            else -math.inf
+        )
+        gap = b["max_metric_mean"] - c["max_metric_mean"]
+        spread = b["max_metric_std"] + c["max_metric_std"]
+        out.append(
+            {
+                "compressor": kind,
+                "target": b["target"],
+                "b2_reached": f"{c['reached']}/{c['seeds']}",
+                "b32_bits_to_target": b["bits_to_target_mean"],
+                "b2_bits_to_target": c["bits_to_target_mean"],
+                "bit_reduction": reduction,
+                "paper_model_bit_reduction": paper_reduction,
+                "b32_max_metric": f"{b['max_metric_mean']:.4f} ± {b['max_metric_std']:.4f}",
+                "b2_max_metric": f"{c['max_metric_mean']:.4f} ± {c['max_metric_std']:.4f}",
+                "metric_gap": gap,
+                "seed_spread": spread,
+                "fewer_bits_90pct": bool(reduction >= 0.9),
+                "metric_within_spread": bool(gap <= spread),
+            }
+        )
+        out[-1]["holds"] = out[-1]["fewer_bits_90pct"] and out[-1]["metric_within_spread"]
+    return {
+        "dataset": dataset,
+        "per_compressor": out,
+        "holds": bool(out) and all(r["holds"] for r in out),
+    }
+
+
+def _headline_markdown(h: dict[str, Any]) -> str:
+    lines = [
+        f"# Headline claim on {h['dataset']}",
+        "",
+        "Claim [CVFL]: b = 2 reaches the b = 32 target with ≥ 90% fewer bits, at a maximum "
+        "metric within the seeds' spread (b=2 mean ≥ b=32 mean − (std_32 + std_2)).",
+        "",
+    ]
+    cols = [
+        "compressor",
+        "target",
+        "b2_reached",
+        "b32_bits_to_target",
+        "b2_bits_to_target",
+        "bit_reduction",
+        "paper_model_bit_reduction",
+        "b32_max_metric",
+        "b2_max_metric",
+        "metric_gap",
+        "seed_spread",
+        "holds",
+    ]
+    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in h["per_compressor"]:
+        lines.append("| " + " | ".join(_fmt(r[c]) for c in cols) + " |")
+    verdict = "HOLDS" if h["holds"] else "DOES NOT HOLD"
+    lines += [
+        "",
+        f"**Verdict: the claim {verdict} for every compressor.**"
+        if h["holds"]
+        else f"**Verdict: the claim {verdict} for: "
+        + ", ".join(r["compressor"] for r in h["per_compressor"] if not r["holds"])
+        + ".**",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# the four experiments
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Options:
+    """Sweep options shared by the experiments."""
+
+    out: str = "results"
+    quick: bool = False
+    seeds: int | None = None
+    force: bool = False
+    target_fraction: float = 0.95
+    progress: bool = True
+
+    def n_seeds(self) -> int:
+        """Seeds per cell: 5 (the paper), 2 with ``quick``, or as given."""
+        return self.seeds if self.seeds is not None else (2 if self.quick else 5)
+
+    def epochs(self, dataset: str) -> int:
+        """Epochs of a data set in this mode."""
+        st = SETTINGS[dataset]
+        return int(st["quick_epochs"] if self.quick else st["epochs"])
+
+
+def _folder(opt: Options, name: str) -> str:
+    f = os.path.join(opt.out, name)
+    os.makedirs(f, exist_ok=True)
+    return f
+
+
+def _target(
+    results: dict[RunSpec, RunResult], ref: Callable[[RunSpec], bool], fraction: float
+) -> float:
+    maxes = [r.max_metric() for s, r in results.items() if ref(s)]
+    return round(fraction * float(np.mean(maxes)), 4)
+
+
+TABLE_COLUMNS = [
+    "dataset",
+    "compressor",
+    "bits_per_component",
+    "Q",
+    "seeds",
+    "metric",
+    "max_metric_mean",
+    "max_metric_std",
+    "target",
+    "reached",
+    "bits_to_target_mean",
+    "bits_to_target_std",
+    "bits_to_target_reached_mean",
+    "paper_bits_to_target_mean",
+    "total_bits_mean",
+]
+
+
+def exp_compressors(opt: Options) -> dict[str, Any]:
+    """Tables 2–4: compressors × bits on every data set, plus the headline claim."""
+    datasets = ["digits-quadrants", "breast-cancer", "digits-views-4"]
+    folder = _folder(opt, "compressors")
+    all_rows: list[dict[str, Any]] = []
+    headline: dict[str, Any] = {}
+    for ds in datasets:
+        st = SETTINGS[ds]
+        specs = [RunSpec(ds, "none", 32, st["Q"], s, opt.epochs(ds)) for s in range(opt.n_seeds())]
+        specs += [
+            RunSpec(ds, k, b, st["Q"], s, opt.epochs(ds))
+            for k in COMPRESSORS
+            for b in BITS
+            for s in range(opt.n_seeds())
+        ]
+        res = run_sweep(specs, opt.out, opt.force, opt.progress)
+        target = _target(res, lambda s: s.bits == 32, opt.target_fraction)
+        rows = aggregate(res, target)
+        all_rows += rows
+        groups: dict[str, list[RunResult]] = {}
+        for s, r in res.items():
+            label = "b=32" if s.bits == 32 else f"{s.compressor} b={s.bits}"
+            groups.setdefault(label, []).append(r)
+        _plot(groups, os.path.join(folder, f"{ds}.png"), f"{ds}: metric vs bits")
+        if ds == "digits-quadrants":
+            headline = headline_claim(rows, ds)
+    write_table(all_rows, folder, "table", TABLE_COLUMNS)
+    atomic_write_text(os.path.join(folder, "headline.md"), _headline_markdown(headline))
+    atomic_write_text(
+        os.path.join(folder, "headline.json"), json.dumps(_jsonable(headline), indent=1)
+    )
+    return {"rows": all_rows, "headline": headline, "folder": folder}
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def exp_local_steps(opt: Options) -> dict[str, Any]:
+    """Table 5: time to target for Q = 1, 10, 25 under the C7 time model (lattice, b = 3)."""
+    ds = "breast-cancer"
+    folder = _folder(opt, "local-steps")
+    Qs = (1, 10, 25)
+    epochs = opt.epochs(ds)
+    specs = [
+        RunSpec(ds, "lattice", 3, Q, s, epochs, eval_every=1)
+        for Q in Qs
+        for s in range(opt.n_seeds())
+    ]
+    res = run_sweep(specs, opt.out, opt.force, opt.progress)
+    best = max(Qs, key=lambda Q: np.mean([r.max_metric() for s, r in res.items() if s.Q == Q]))
+    target = _target(res, lambda s: s.Q == best, opt.target_fraction)
+    rows = []
+    for Q in Qs:
+        runs = [r for s, r in res.items() if s.Q == Q]
+        rounds = [r.rounds_to_target(target) for r in runs]
+        row: dict[str, Any] = {
+            "Q": Q,
+            "target_f1": target,
+            "seeds": len(runs),
+            "reached": sum(math.isfinite(x) for x in rounds),
+        }
+        row["rounds_mean"], row["rounds_std"] = _mean_std(rounds)
+        for name, lat in LATENCIES.items():
+            times = [time_to_target(x, Q, lat, T_COMPUTE) for x in rounds]
+            m, s = _mean_std(times)
+            row[f"time_{name}_{int(lat * 1000)}ms"] = m
+            row[f"time_{name}_std"] = s
+        rows.append(row)
+    write_table(rows, folder, "table")
+    groups = {f"Q={Q}": [r for s, r in res.items() if s.Q == Q] for Q in Qs}
+    _plot(
+        groups,
+        os.path.join(folder, "f1_vs_round.png"),
+        "breast-cancer, lattice b=3",
+        xkeys=("epoch", "bits"),
+    )
+    return {"rows": rows, "folder": folder}
+
+
+def exp_parties(opt: Options) -> dict[str, Any]:
+    """Figure 4: 4 vs 12 parties on digits-views, lattice quantization at b = 2, 3, 4, 32."""
+    folder = _folder(opt, "parties")
+    rows = []
+    groups: dict[str, list[RunResult]] = {}
+    for ds in ("digits-views-4", "digits-views-12"):
+        st = SETTINGS[ds]
+        specs = [
+            RunSpec(ds, "lattice", b, st["Q"], s, opt.epochs(ds))
+            for b in (*BITS, 32)
+            for s in range(opt.n_seeds())
+        ]
+        res = run_sweep(specs, opt.out, opt.force, opt.progress)
+        target = _target(res, lambda s: s.bits == 32, opt.target_fraction)
+        rows += aggregate(res, target)
+        for s, r in res.items():
+            groups.setdefault(f"M={ds.rsplit('-', 1)[1]} b={s.bits}", []).append(r)
+    write_table(rows, folder, "table", TABLE_COLUMNS)
+    _plot(
+        groups,
+        os.path.join(folder, "parties.png"),
+        "digits-views: 4 vs 12 parties (lattice)",
+        xkeys=("epoch", "bits"),
+    )
+    return {"rows": rows, "folder": folder}
+
+
+def exp_curves(opt: Options) -> dict[str, Any]:
+    """Figure 3: metric vs epochs and vs bits, mean ± std bands, on digits-quadrants."""
+    ds = "digits-quadrants"
+    st = SETTINGS[ds]
+    folder = _folder(opt, "curves")
+    specs = [RunSpec(ds, "none", 32, st["Q"], s, opt.epochs(ds)) for s in range(opt.n_seeds())]
+    specs += [
+        RunSpec(ds, k, b, st["Q"], s, opt.epochs(ds))
+        for k in COMPRESSORS
+        for b in BITS
+        for s in range(opt.n_seeds())
+    ]
+    res = run_sweep(specs, opt.out, opt.force, opt.progress)
+    curve_rows = []
+    for kind in COMPRESSORS:
+        groups: dict[str, list[RunResult]] = {}
+        for s, r in res.items():
+            if s.bits == 32 or s.compressor == kind:
+                groups.setdefault("b=32" if s.bits == 32 else f"{kind} b={s.bits}", []).append(r)
+        _plot(groups, os.path.join(folder, f"{kind}.png"), f"{ds}: {kind}", xkeys=("epoch", "bits"))
+        for label, runs in groups.items():
+            x, m, sd = _bands(runs, "epoch")
+            bits = np.mean([[row["bits"] for row in r.history[: len(x)]] for r in runs], axis=0)
+            for e, b, mm, ss in zip(x, bits, m, sd):
+                curve_rows.append(
+                    {
+                        "compressor": kind,
+                        "config": label,
+                        "epoch": float(e),
+                        "bits": float(b),
+                        "metric_mean": float(mm),
+                        "metric_std": float(ss),
+                    }
+                )
+    write_table(curve_rows, folder, "curves")
+    return {"rows": curve_rows, "folder": folder}
+
+
+EXPERIMENTS: dict[str, Callable[[Options], dict[str, Any]]] = {
+    "compressors": exp_compressors,
+    "local-steps": exp_local_steps,
+    "parties": exp_parties,
+    "curves": exp_curves,
+}
+
+
+def run_experiment(name: str, **options: Any) -> dict[str, Any]:
+    """Run one experiment by name with :class:`Options` keyword arguments."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[name](Options(**options))

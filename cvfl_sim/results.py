@@ -1,0 +1,229 @@
+r"""Results of a C-VFL run: history, per-round log, ledger totals; atomic save and load.
+
+:class:`RunResult` is what :func:`cvfl_sim.train` returns. It saves to one JSON file (everything,
+including the configuration) plus a CSV of the history next to it, each written to a temporary file
+and moved into place with :func:`os.replace`, so an interrupted run never leaves a half-written
+result that a resumed sweep would trust.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["RunResult", "HISTORY_COLUMNS", "atomic_write_text", "atomic_write_bytes"]
+
+HISTORY_COLUMNS = (
+    "epoch",
+    "round",
+    "train_loss",
+    "test_accuracy",
+    "test_f1",
+    "bits",
+    "bits_paper_model",
+    "compression_error",
+    "embedding_error",
+    "server_model_error",
+    "grad_norm_sq",
+)
+"""Columns of :attr:`RunResult.history` (``grad_norm_sq`` is ``None`` unless tracked)."""
+
+
+TIMING_KEYS = frozenset({"train_seconds", "wall_seconds"})
+"""Summary entries that measure wall-clock time (not part of a result's identity)."""
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and :func:`os.replace`."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Atomically write UTF-8 text (see :func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _json_safe(v: Any) -> Any:
+    """Map non-finite floats to strings so the JSON is standard (``"inf"``, ``"nan"``)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+def _json_restore(v: Any) -> Any:
+    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
+        return float(v)
+    if isinstance(v, dict):
+        return {k: _json_restore(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_json_restore(x) for x in v]
+    return v
+
+
+@dataclass
+class RunResult:
+    r"""The record of one C-VFL run.
+
+    Attributes
+    ----------
+    config : dict
+        JSON-able description of the :class:`~cvfl_sim.algorithm.CVFLConfig` (compressors by
+        class name and constructor arguments).
+    dataset : dict
+        :meth:`VerticalDataset.describe` of the data.
+    history : list of dict
+        One row per evaluation with :data:`HISTORY_COLUMNS`: ``bits`` cumulative ledger bits (C6),
+        ``bits_paper_model`` the authors' formula, ``compression_error`` the measured
+        :math:`\sum_{m=0}^{M} \|\varepsilon_m^{t_0}\|_F^2` (C2) averaged over the rounds since the
+        previous row (``embedding_error`` the parties' part, ``server_model_error`` the
+        :math:`m = 0` part), ``train_loss`` the full training loss :math:`F(\Theta)`.
+    rounds : dict of list
+        Per-round log: ``bits`` (total of the round), ``embedding_error``, ``server_model_error``,
+        ``lr``.
+    summary : dict
+        Ledger totals, wall time, final and best metrics.
+    models : dict or None
+        The trained modules ``{"parties": [...], "server": ...}`` after :func:`cvfl_sim.train`;
+        not saved (``None`` after :meth:`load`) and not part of equality.
+    """
+
+    config: dict[str, Any]
+    dataset: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    rounds: dict[str, list[float]] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    # ---------------------------------------------------------------- queries
+    @property
+    def metric(self) -> str:
+        """The data set's headline metric name (``accuracy`` or ``f1``)."""
+        return str(self.dataset.get("metric", "accuracy"))
+
+    def metric_values(self, metric: str | None = None) -> list[float]:
+        """The headline test metric per history row."""
+        col = "test_f1" if (metric or self.metric) == "f1" else "test_accuracy"
+        return [float(r[col]) for r in self.history]
+
+    def max_metric(self, metric: str | None = None) -> float:
+        """Best test metric over the evaluations."""
+        return max(self.metric_values(metric))
+
+    def first_reaching(self, target: float, metric: str | None = None) -> dict[str, Any] | None:
+        """The first history row whose test metric is ``>= target`` (``None`` if never)."""
+        for row, v in zip(self.history, self.metric_values(metric)):
+            if v >= target:
+                return row
+        return None
+
+    def bits_to_target(
+        self, target: float, metric: str | None = None, column: str = "bits"
+    ) -> float:
+        """Cumulative bits at the first evaluation reaching ``target`` (``inf`` if never).
+
+        ``column="bits_paper_model"`` gives the same under the authors' cost model (C6).
+        """
+        row = self.first_reaching(target, metric)
+        return math.inf if row is None else float(row[column])
+
+    def rounds_to_target(self, target: float, metric: str | None = None) -> float:
+        """Rounds completed at the first evaluation reaching ``target`` (``inf`` if never)."""
+        row = self.first_reaching(target, metric)
+        return math.inf if row is None else float(row["round"])
+
+    # ---------------------------------------------------------------- I/O
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dictionary of everything."""
+        return _json_safe(
+            {
+                "config": self.config,
+                "dataset": self.dataset,
+                "history": self.history,
+                "rounds": self.rounds,
+                "summary": self.summary,
+            }
+        )
+
+    def history_csv(self) -> str:
+        """The history as CSV text."""
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(HISTORY_COLUMNS), extrasaction="ignore")
+        w.writeheader()
+        for row in self.history:
+            w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in HISTORY_COLUMNS})
+        return buf.getvalue()
+
+    def save(self, path: str | os.PathLike[str]) -> str:
+        """Write ``path`` (JSON, ``.json`` appended if missing) and the history CSV beside it.
+
+        Both files are written atomically (temporary file + :func:`os.replace`); the JSON is
+        written last, so its presence means the run is complete.
+
+        Returns
+        -------
+        str
+            The JSON path.
+        """
+        p = os.fspath(path)
+        if not p.endswith(".json"):
+            p += ".json"
+        atomic_write_text(p[: -len(".json")] + ".csv", self.history_csv())
+        atomic_write_text(p, json.dumps(self.to_dict(), indent=1, sort_keys=True))
+        return p
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> RunResult:
+        """Read a result written by :meth:`save`."""
+        p = os.fspath(path)
+        if not p.endswith(".json") and not os.path.exists(p):
+            p += ".json"
+        with open(p, encoding="utf-8") as fh:
+            d = _json_restore(json.load(fh))
+        missing = {"config", "dataset", "history"} - set(d)
+        if missing:
+            raise ValueError(f"{p!r} is not a RunResult file (missing {sorted(missing)})")
+        return cls(
+            d["config"], d["dataset"], d["history"], d.get("rounds", {}), d.get("summary", {})
+        )
+
+    def __eq__(self, other: object) -> bool:
+        """Equal content; wall-clock timings in ``summary`` are ignored."""
+        if not isinstance(other, RunResult):
+            return NotImplemented
+
+        def canon(r: RunResult) -> str:
+            d = r.to_dict()
+            d["summary"] = {k: v for k, v in d["summary"].items() if k not in TIMING_KEYS}
+            return json.dumps(d, sort_keys=True)
+
+        return canon(self) == canon(other)
+
+    def __repr__(self) -> str:
+        last = self.history[-1] if self.history else {}
+        return (
+            f"RunResult(dataset={self.dataset.get('name')!r}, rows={len(self.history)}, "
+            f"bits={last.get('bits')}, {self.metric}={last.get('test_' + self.metric)})"
+        )

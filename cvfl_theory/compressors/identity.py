@@ -1,0 +1,87 @@
+r"""The identity compressor: every component sent as an IEEE float (C5, uncompressed baseline)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._rng import RNGLike
+from ..bitpack import BitReader, BitWriter, float_dtype
+from .base import Compressor, _shape_or_x, shape2d
+
+__all__ = ["Identity"]
+
+
+class Identity(Compressor):
+    r"""Send every component as an ``r``-bit IEEE float (the paper's 32-bit baseline, C5).
+
+    Parameters
+    ----------
+    r : {32, 16, 64}
+        Bits per component.
+
+    Notes
+    -----
+    ``payload_bits = r B P``. The error is :math:`\|\mathrm{fl}_r(x) - x\|_F^2`, which is 0 when
+    ``x`` is representable in ``r`` bits (e.g. float32 input with ``r = 32``);
+    ``expected_error(shape)`` returns 0 (the representable case) and ``expected_error(x)`` the
+    exact rounding error of ``x``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> c = Identity().compress(np.ones((2, 3), dtype=np.float32))
+    >>> c.payload_bits, Identity().expected_error((2, 3))
+    (192, 0.0)
+    """
+
+    name = "identity"
+
+    def __init__(self, r: int = 32) -> None:
+        float_dtype(r)
+        self.r = int(r)
+
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments."""
+        return {"r": self.r}
+
+    def payload_bits(self, shape: tuple[int, ...]) -> int:
+        """``r * B * P``."""
+        B, P = shape2d(shape)
+        return self.r * B * P
+
+    def expected_error(self, x_or_shape: Any) -> float:
+        """Exact rounding error of ``x`` to ``r``-bit floats (0 for a shape)."""
+        _, a = _shape_or_x(x_or_shape)
+        if a is None:
+            return 0.0
+        d = a.astype(float_dtype(self.r).newbyteorder("=")).astype(np.float64) - a
+        return float(np.sum(d * d))
+
+    def published_bound(self, x_or_shape: Any) -> float:
+        """0: the paper treats 32-bit floats as exact."""
+        _shape_or_x(x_or_shape)
+        return 0.0
+
+    def _compress(
+        self, a: np.ndarray, rng: RNGLike
+    ) -> tuple[dict[str, np.ndarray], int | None, int]:
+        return {"values": a.astype(float_dtype(self.r).newbyteorder("="))}, None, 0
+
+    def _decompress(
+        self,
+        data: dict[str, np.ndarray],
+        seed: int | None,
+        shape: tuple[int, int],
+        dtype: np.dtype | type = np.float64,
+    ) -> np.ndarray:
+        return data["values"].reshape(shape)
+
+    def _write_payload(
+        self, w: BitWriter, data: dict[str, np.ndarray], shape: tuple[int, int]
+    ) -> None:
+        w.write_floats(data["values"].ravel(), self.r)
+
+    def _read_payload(self, r: BitReader, shape: tuple[int, int]) -> dict[str, np.ndarray]:
+        return {"values": r.read_floats(shape[0] * shape[1], self.r).reshape(shape)}

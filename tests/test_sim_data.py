@@ -1,0 +1,195 @@
+"""Data sets (C0, C8), models, schedules."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_breast_cancer, load_digits
+
+from cvfl_sim.algorithm import CVFLConfig, train
+from cvfl_sim.data import (
+    VerticalDataset,
+    digit_views,
+    load_csv,
+    load_dataset,
+    load_npz,
+    load_original,
+)
+from cvfl_sim.models import CNNEmbedding, GRUEmbedding, build_party_models
+from cvfl_sim.schedules import CompressionSchedule, Constant, InverseSqrt, StepDecay
+from cvfl_theory.compressors import Identity, ScalarQuantizer
+
+torch.set_num_threads(1)
+
+
+def test_quadrants_reassemble_the_digits():
+    ds = load_dataset("digits-quadrants")
+    assert ds.feature_dims == [16] * 4 and ds.n_train + ds.n_test == 1797
+    q = [np.concatenate([ds.train_parts[m], ds.test_parts[m]]) for m in range(4)]
+    y = np.concatenate([ds.y_train, ds.y_test])
+    img = np.block(
+        [
+            [q[0].reshape(-1, 4, 4), q[1].reshape(-1, 4, 4)],
+            [q[2].reshape(-1, 4, 4), q[3].reshape(-1, 4, 4)],
+        ]
+    )
+    d = load_digits()
+    # the same multiset of (image, label) pairs as scikit-learn's digits, scaled by 1/16
+    a = sorted(map(tuple, np.column_stack([img.reshape(-1, 64) * 16, y]).round(6)))
+    b = sorted(map(tuple, np.column_stack([d.data, d.target]).astype(float)))
+    assert a == b
+
+
+def test_views_are_deterministic_rotations():
+    img = load_digits().images[:5] / 16.0
+    v = digit_views(img)
+    assert v.shape == (5, 12, 8, 8)
+    np.testing.assert_allclose(v[:, 0], img, atol=1e-12)  # view 0: no rotation
+    np.testing.assert_allclose(v[:, 6], img[:, ::-1, ::-1], atol=1e-12)  # 180°
+    assert np.array_equal(v, digit_views(img))
+    ds4, ds12 = load_dataset("digits-views", parties=4), load_dataset("digits-views-12")
+    assert ds4.feature_dims == [192] * 4 and ds12.feature_dims == [64] * 12
+    with pytest.raises(ValueError, match="parties must be 4 or 12"):
+        load_dataset("digits-views", parties=5)
+
+
+def test_breast_cancer_split_and_labels():
+    ds = load_dataset("breast-cancer")
+    assert ds.feature_dims == [8, 8, 7, 7] and ds.metric == "f1"
+    y = np.concatenate([ds.y_train, ds.y_test])
+    assert y.sum() == (load_breast_cancer().target == 0).sum() == 212  # malignant = 1
+    # standardised with training statistics
+    np.testing.assert_allclose(np.concatenate(ds.train_parts, 1).mean(0), 0, atol=1e-12)
+
+
+def test_from_arrays_split_is_stratified_and_seeded():
+    g = np.random.default_rng(1)
+    X = g.normal(size=(100, 5))
+    y = np.r_[np.zeros(80, int), np.ones(20, int)]
+    a = VerticalDataset.from_arrays([X[:, :2], X[:, 2:]], y, test_fraction=0.25, rng=3)
+    b = VerticalDataset.from_arrays([X[:, :2], X[:, 2:]], y, test_fraction=0.25, rng=3)
+    assert np.array_equal(a.train_parts[0], b.train_parts[0])
+    assert a.n_test == 25 and a.y_test.sum() == 5
+    # rows stay aligned across parties
+    full = np.concatenate(a.train_parts, 1)
+    assert all(any(np.array_equal(r, x) for x in X) for r in full[:5])
+
+
+def test_local_loaders(tmp_path):
+    g = np.random.default_rng(0)
+    X = g.normal(size=(30, 6, 8))
+    y = np.arange(30) % 3
+    p = tmp_path / "seq.npz"
+    np.savez(p, X=X, y=y)
+    ds = load_npz(p, parties=4, split_axis=-1)
+    assert ds.feature_dims == [12, 12, 12, 12] and ds.party_shapes == [(6, 2)] * 4
+    mimic = load_original("mimic3", p)
+    assert mimic.metric == "f1"
+    res = train(mimic, CVFLConfig(parties_model="gru", epochs=1, batch_size=8))
+    assert len(res.history) == 2
+    c = tmp_path / "t.csv"
+    c.write_text("a,b,c,label\n" + "\n".join(f"{i},{i * 2},{-i},{i % 2}" for i in range(10)))
+    ds2 = load_csv(c, label_column="label", parties=2)
+    assert ds2.feature_dims == [2, 1]
+    with pytest.raises(FileNotFoundError, match="nothing is downloaded"):
+        load_npz(tmp_path / "missing.npz")
+    with pytest.raises(ValueError, match="no array"):
+        load_npz(p, x_key="images")
+    with pytest.raises(ValueError, match="unknown original"):
+        load_original("imagenet", p)
+
+
+def test_cnn_and_gru_embeddings_shapes():
+    cnn = CNNEmbedding((3, 8, 8), 5)
+    assert cnn(torch.zeros(4, 192)).shape == (4, 5)
+    gru = GRUEmbedding((6, 2), 7)
+    assert gru(torch.zeros(3, 12)).shape == (3, 7)
+    with pytest.raises(ValueError, match="party_shapes"):
+        build_party_models("cnn", [16], [4], None)
+
+
+def test_cnn_parties_train_on_views():
+    ds = load_dataset("digits-views-4")
+    res = train(ds, CVFLConfig(parties_model="cnn", epochs=1, batch_size=256, Q=2))
+    assert np.isfinite(res.history[-1]["train_loss"])
+
+
+def test_step_size_schedules():
+    assert Constant(0.1)(100) == 0.1
+    assert InverseSqrt(1.0)(3) == pytest.approx(0.5)
+    assert [StepDecay(1.0, every=10, gamma=0.5)(t) for t in (0, 9, 10, 25)] == [1, 1, 0.5, 0.25]
+
+
+def test_schedule_drives_training_and_ledger():
+    g = np.random.default_rng(0)
+    ds = VerticalDataset.from_arrays(
+        [g.normal(size=(50, 3)), g.normal(size=(50, 2))], np.arange(50) % 2, test_fraction=0.2
+    )
+    sched = CompressionSchedule([2, 2, 4], lambda b: ScalarQuantizer(b, range="minmax-tensor"))
+    res = train(
+        ds,
+        CVFLConfig(
+            Q=3,
+            lr=StepDecay(0.2, every=6, gamma=0.5),
+            epochs=1,
+            batch_size=10,
+            compressor=sched,
+            embedding_size=4,
+        ),
+    )
+    # t0 = 0, 3, 6, 9: step decays after 6 local iterations
+    assert res.rounds["lr"] == [0.2, 0.2, 0.1, 0.1]
+    # per round: M (ΣU + bits(C_0)); U = b*10*4 + 64, server (1, 8*2+2=18): b*18 + 64
+    expect = [2 * (2 * (b * 40 + 64) + b * 18 + 64) for b in (2, 2, 4, 4)]
+    assert res.rounds["bits"] == expect
+
+
+def test_user_modules_are_not_modified():
+    g = np.random.default_rng(0)
+    ds = VerticalDataset.from_arrays(
+        [g.normal(size=(40, 3)), g.normal(size=(40, 2))], np.arange(40) % 2
+    )
+    parts = [torch.nn.Linear(3, 4), torch.nn.Linear(2, 4)]
+    before = [p.weight.detach().clone() for p in parts]
+    train(ds, CVFLConfig(parties_model=parts, epochs=2, batch_size=8, compressor=Identity()))
+    assert all(torch.equal(b, p.weight) for b, p in zip(before, parts))
+
+
+def test_schedules_from_cvfl_theory_bounds():
+    from cvfl_theory.bounds import bits_schedule, max_step_size, step_sizes
+
+    assert Constant.from_bound(10, 2.0)(0) == pytest.approx(max_step_size(10, 2.0))
+    bs = bits_schedule(step_sizes(4, 0.1, 0.5), B=8, P=16, c=1e-3)
+    cs = CompressionSchedule.from_bounds(bs, lambda b: ScalarQuantizer(b))
+    assert [cs(r).bits for r in range(6)] == [*bs.bits.tolist(), bs.bits[-1], bs.bits[-1]]
+
+
+def test_grad_norm_tracking_matches_autograd():
+    g = np.random.default_rng(0)
+    ds = VerticalDataset.from_arrays(
+        [g.normal(size=(30, 3)), g.normal(size=(30, 2))], np.arange(30) % 2
+    )
+    res = train(ds, CVFLConfig(epochs=1, batch_size=8, track_grad_norm=True, dtype="float64"))
+    parties, server = res.models["parties"], res.models["server"]
+    X = [torch.as_tensor(p) for p in ds.train_parts]
+    loss = torch.nn.functional.cross_entropy(
+        server(torch.cat([p(x) for p, x in zip(parties, X)], 1)), torch.as_tensor(ds.y_train)
+    )
+    params = [q for n in [*parties, server] for q in n.parameters()]
+    g2 = sum(float((gr**2).sum()) for gr in torch.autograd.grad(loss, params))
+    assert res.history[-1]["grad_norm_sq"] == pytest.approx(g2, rel=1e-12)
+    assert res.history[-1]["train_loss"] == pytest.approx(float(loss.detach()), rel=1e-12)
+
+
+def test_original_image_loaders(tmp_path):
+    g = np.random.default_rng(0)
+    y = np.arange(12) % 3
+    p = tmp_path / "cifar.npz"
+    np.savez(p, X=g.integers(0, 255, size=(12, 32, 32, 3)).astype(np.uint8), y=y)
+    c = load_original("cifar10", p)
+    assert c.party_shapes == [(3, 16, 16)] * 4 and c.feature_dims == [768] * 4
+    q = tmp_path / "mn.npz"
+    np.savez(q, X=g.random((12, 12, 8, 8)), y=y)
+    m = load_original("modelnet10", q, parties=12)
+    assert m.party_shapes == [(1, 8, 8)] * 12
+    res = train(m, CVFLConfig(parties_model="cnn", epochs=1, batch_size=4))
+    assert len(res.history) == 2

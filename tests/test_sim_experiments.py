@@ -1,0 +1,161 @@
+"""Sweeps resume without recomputation; the reproduce CLI; the headline-claim verdict; C7."""
+
+import math
+import os
+
+import pytest
+import torch
+
+import cvfl_sim.experiments as ex
+from cvfl_sim.cli import main
+from cvfl_sim.results import RunResult
+from cvfl_sim.timing import time_to_target
+
+torch.set_num_threads(1)
+
+
+def _specs():
+    return [
+        ex.RunSpec("breast-cancer", k, b, 2, 0, 1)
+        for k, b in (("none", 32), ("scalar", 2), ("lattice", 3))
+    ]
+
+
+def test_interrupted_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
+    first = ex.run_sweep(_specs(), tmp_path, progress=False)
+    runs = tmp_path / "runs"
+    files = sorted(os.listdir(runs))
+    assert len(files) == 6  # one JSON + one CSV per finished run, no temporary files
+    # simulate an interruption before the last run finished
+    victim = _specs()[-1].key()
+    os.remove(runs / (victim + ".json"))
+    calls = []
+    real_train = ex.train
+
+    def counting(ds, cfg):
+        calls.append(cfg)
+        return real_train(ds, cfg)
+
+    monkeypatch.setattr(ex, "train", counting)
+    second = ex.run_sweep(_specs(), tmp_path, progress=False)
+    assert len(calls) == 1
+    assert calls[0].compressor.config()["bits"] == 3
+    for spec in _specs():
+        assert second[spec] == first[spec]  # cached and recomputed runs equal the originals
+    ex.run_sweep(_specs(), tmp_path, progress=False)
+    assert len(calls) == 1
+
+
+def test_spec_key_changes_with_settings(monkeypatch):
+    spec = _specs()[0]
+    k = spec.key()
+    monkeypatch.setitem(ex.SETTINGS, "breast-cancer", {**ex.SETTINGS["breast-cancer"], "lr": 0.5})
+    assert spec.key() != k
+
+
+def test_reproduce_cli_local_steps(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(
+        ex.SETTINGS, "breast-cancer", {**ex.SETTINGS["breast-cancer"], "quick_epochs": 1}
+    )
+    code = main(
+        [
+            "reproduce",
+            "local-steps",
+            "--quick",
+            "--seeds",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    folder = tmp_path / "local-steps"
+    assert {"table.csv", "table.md", "f1_vs_round.png"} <= set(os.listdir(folder))
+    table = (folder / "table.md").read_text()
+    assert table.count("\n") == 2 + 3  # header, rule, Q = 1, 10, 25
+    assert "local-steps: results in" in capsys.readouterr().out
+
+
+def test_reproduce_cli_rejects_bad_arguments(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["reproduce", "no-such-experiment"])
+    assert main(["reproduce", "curves", "--seeds", "0", "--out", str(tmp_path)]) == 2
+
+
+def _row(kind, b, mean, std, bits, reached=5):
+    return {
+        "dataset": "d",
+        "compressor": kind,
+        "bits_per_component": b,
+        "max_metric_mean": mean,
+        "max_metric_std": std,
+        "bits_to_target_mean": bits,
+        "target": 0.8,
+        "reached": reached,
+        "seeds": 5,
+    }
+
+
+def test_headline_claim_verdicts():
+    rows = [
+        _row("none", 32, 0.90, 0.01, 1000.0),
+        _row("scalar", 2, 0.89, 0.01, 90.0),
+        _row("lattice", 2, 0.85, 0.01, 50.0),
+        _row("topk", 2, 0.90, 0.0, 150.0),
+    ]
+    h = ex.headline_claim(rows, "d")
+    verdict = {
+        r["compressor"]: (r["fewer_bits_90pct"], r["metric_within_spread"])
+        for r in h["per_compressor"]
+    }
+    assert verdict == {"scalar": (True, True), "lattice": (True, False), "topk": (False, True)}
+    assert h["holds"] is False
+    h2 = ex.headline_claim(rows[:2], "d")
+    assert h2["holds"] is True
+    rows_inf = [rows[0], _row("scalar", 2, 0.5, 0.01, math.inf, reached=0)]
+    assert ex.headline_claim(rows_inf, "d")["per_compressor"][0]["fewer_bits_90pct"] is False
+
+
+def test_time_model_c7():
+    # R (Q t_c + t_comm): 40 rounds, Q = 25, 10 ms compute, 200 ms round trip
+    assert time_to_target(40, 25, 0.2) == pytest.approx(40 * (25 * 0.01 + 0.2))
+    assert time_to_target(math.inf, 1, 0.001) == math.inf
+    with pytest.raises(ValueError, match="Q must be"):
+        time_to_target(1, 0, 0.1)
+
+
+def test_aggregate_bits_to_target(tmp_path):
+    res = ex.run_sweep(_specs()[:1], tmp_path, progress=False)
+    (r,) = res.values()
+    assert isinstance(r, RunResult)
+    rows = ex.aggregate(res, target=0.0)
+    assert rows[0]["bits_to_target_mean"] == 0.0  # reached at the first evaluation
+    rows = ex.aggregate(res, target=2.0)
+    assert rows[0]["reached"] == 0 and math.isinf(rows[0]["bits_to_target_mean"])
+
+
+def test_train_cli(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert (
+        main(
+            [
+                "train",
+                "breast-cancer",
+                "--epochs",
+                "1",
+                "--compressor",
+                "scalar",
+                "--bits",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert "test_f1" in text and out.exists()
+    assert RunResult.load(out).config["compressor"]["bits"] == 2
+    assert main(["train", "breast-cancer", "--Q", "0"]) == 2
+    assert "Q must be >= 1" in capsys.readouterr().err
