@@ -25,11 +25,16 @@ def median_time(fn: Callable[[], object], repeats: int = 7, warmup: int = 1) -> 
 
 
 def paired_ratio(
-    fn: Callable[[], object], base: Callable[[], object], repeats: int = 11
+    fn: Callable[[], object], base: Callable[[], object], repeats: int = 11, warmup: int = 3
 ) -> tuple[float, float, float]:
-    """Interleaved timing: ``(median fn time / median base time, median fn, median base)``."""
-    fn()
-    base()
+    """Interleaved timing: ``(median fn time / median base time, median fn, median base)``.
+
+    ``warmup`` untimed rounds first bring the allocator and caches to their steady state (the
+    first large run of a process pays for growing its heap).
+    """
+    for _ in range(warmup):
+        fn()
+        base()
     t_fn, t_base = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()

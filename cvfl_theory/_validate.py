@@ -53,11 +53,15 @@ def check_matrix_row_sums(a: np.ndarray, name: str = "X") -> np.ndarray:
     """Check a 2-D float array for NaN/inf and return its row sums (accumulated in ``a.dtype``).
 
     One reduction does both jobs: NaN and inf propagate into a row sum, so the full element scan
-    runs only when some row sum is not finite (a NaN/inf entry, or a finite overflow).
+    runs only when some row sum is not finite (a NaN/inf entry, or a finite overflow). For float32
+    and float64 the sums are a BLAS matrix-vector product with a vector of ones (memory-bound,
+    several times faster than ``np.add.reduce`` here), accumulated in the data's precision.
     """
-    acc = np.float32 if a.dtype == np.float16 else a.dtype
     with np.errstate(over="ignore", invalid="ignore"):  # a finite overflow is re-checked below
-        sums = np.add.reduce(a, axis=1, dtype=acc)
+        if a.dtype in (np.float32, np.float64):
+            sums = a @ np.ones(a.shape[1], dtype=a.dtype)
+        else:
+            sums = np.add.reduce(a, axis=1, dtype=np.float32)
     if not np.isfinite(sums).all() and not np.isfinite(a).all():
         bad = np.argwhere(~np.isfinite(a))[0]
         raise ValueError(

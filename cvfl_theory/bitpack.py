@@ -108,10 +108,20 @@ class BitWriter:
         """Write a boolean array, one bit per element."""
         self._append_bits(np.asarray(flags, dtype=bool).astype(np.uint8).ravel())
 
+    def chunks(self) -> list[memoryview]:
+        """The packed bytes as a list of buffers (no copy when every field was byte-aligned).
+
+        ``b"".join(w.chunks()) == w.getvalue()``; a caller assembling a larger message can join
+        them with its own header in one copy.
+        """
+        if all(is_bytes for is_bytes, _ in self._segments):
+            return [seg.data for _, seg in self._segments]
+        return [memoryview(self.getvalue())]
+
     def getvalue(self) -> bytes:
         """Return the bits packed into bytes, zero-padded at the end."""
         if all(is_bytes for is_bytes, _ in self._segments):
-            return b"".join(self._segments[k][1].data for k in range(len(self._segments)))
+            return b"".join(self.chunks())
         parts = [np.unpackbits(seg) if is_bytes else seg for is_bytes, seg in self._segments]
         bits = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
         return np.packbits(bits).tobytes()
@@ -160,8 +170,7 @@ class BitReader:
         if width == 0 or count == 0:
             return np.zeros(count, np.uint64)
         if width in _UINT_BE and self.pos % 8 == 0:
-            raw = self._take_bytes(count * width // 8)
-            return np.frombuffer(raw.tobytes(), _UINT_BE[width]).astype(np.uint64)
+            return self._take_bytes(count * width // 8).view(_UINT_BE[width]).astype(np.uint64)
         bits = self._take_bits(count * width).reshape(count, width).astype(np.uint64)
         shifts = np.arange(width - 1, -1, -1, dtype=np.uint64)
         out = np.zeros(count, np.uint64)
@@ -173,10 +182,10 @@ class BitReader:
         """Read ``count`` IEEE floats of ``r`` bits; returns native-endian floats of that size."""
         dt = float_dtype(r)
         if self.pos % 8 == 0:
-            raw = self._take_bytes(count * r // 8).tobytes()
+            raw = self._take_bytes(count * r // 8)  # a view of the message: no copy
         else:
-            raw = np.packbits(self._take_bits(count * r)).tobytes()
-        return np.frombuffer(raw, dt).astype(dt.newbyteorder("="))
+            raw = np.packbits(self._take_bits(count * r))
+        return raw.view(dt).astype(dt.newbyteorder("="))
 
     def read_flags(self, count: int) -> np.ndarray:
         """Read ``count`` one-bit flags as a boolean array."""

@@ -214,15 +214,15 @@ class Encoder(ABC):
         n, d = Xn.shape
         wd = _working_dtype(Xn.dtype)
         nodes = []
-        for i, idx in enumerate(supports):
-            x = Xn[i]
-            with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked per node below
+            for i, idx in enumerate(supports):
+                x = Xn[i]
                 vals = self._values(x[idx].astype(wd, copy=False), idx, i, x, centres[i])
                 vals = np.asarray(vals).astype(Xn.dtype, copy=False)
-            _check_representable(vals, Xn.dtype)
-            nodes.append(
-                NodeMessage(idx, vals, float(centres[i]), seeds[i], self._node_rate(i, n, d))
-            )
+                _check_representable(vals, Xn.dtype)
+                nodes.append(
+                    NodeMessage(idx, vals, float(centres[i]), seeds[i], self._node_rate(i, n, d))
+                )
         return Encoded(
             scheme=self.scheme,
             d=d,

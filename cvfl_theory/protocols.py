@@ -175,9 +175,11 @@ class Protocol(ABC):
                 m.rate,
                 encoded.rotation_seed or 0,
             )
-            payload = w.getvalue()
-            crc = zlib.crc32(payload, zlib.crc32(header))
-            out.append(b"".join((header, payload, struct.pack(">I", crc))))
+            chunks = w.chunks()
+            crc = zlib.crc32(header)
+            for chunk in chunks:
+                crc = zlib.crc32(chunk, crc)
+            out.append(b"".join((header, *chunks, struct.pack(">I", crc))))
         return out
 
     def framing_bits(self, encoded: Encoded) -> np.ndarray:
@@ -210,7 +212,7 @@ class Protocol(ABC):
         for i, msg in enumerate(messages):
             if not isinstance(msg, (bytes, bytearray)):
                 raise TypeError(f"messages[{i}] must be bytes, got {type(msg).__name__}")
-            node, this_meta = self._parse(bytes(msg), d, i)
+            node, this_meta = self._parse(msg, d, i)
             if meta is not None and this_meta != meta:
                 raise ValueError(f"messages[{i}] header disagrees with messages[0]: {this_meta}")
             meta = this_meta
@@ -231,7 +233,8 @@ class Protocol(ABC):
         where = f"messages[{i}]"
         if len(msg) < _HEADER.size + _CRC_BYTES:
             raise ValueError(f"{where} is truncated: {len(msg)} bytes, shorter than the header")
-        body, crc = msg[:-_CRC_BYTES], struct.unpack(">I", msg[-_CRC_BYTES:])[0]
+        body = memoryview(msg)[:-_CRC_BYTES]  # no copy
+        crc = struct.unpack(">I", msg[-_CRC_BYTES:])[0]
         if zlib.crc32(body) != crc:
             raise ValueError(f"{where} is corrupted or truncated: CRC-32 mismatch")
         magic, ver, proto, rcode, flags, scheme_code, _, d_coded, original_d, count, rate, rseed = (
