@@ -136,7 +136,7 @@ class BitReader:
         When a read runs past the end of the data (a truncated message).
     """
 
-    def __init__(self, data: bytes, start_bit: int = 0) -> None:
+    def __init__(self, data: bytes | bytearray | memoryview, start_bit: int = 0) -> None:
         self._buf = np.frombuffer(data, np.uint8)
         self.pos = start_bit
 
