@@ -63,6 +63,7 @@ __all__ = [
     "BinaryProtocol",
     "index_bits",
     "PROTOCOLS",
+    "applicable_protocols",
     "decode",
 ]
 
@@ -488,3 +489,23 @@ PROTOCOLS: dict[str, type[Protocol]] = {
     )
 }
 """Protocol classes by name."""
+
+
+def applicable_protocols(encoder: Encoder, r: int = 32, r_seed: int = 32) -> list[Protocol]:
+    """One instance of every protocol that can carry ``encoder``'s messages (K3 "usable with").
+
+    Examples
+    --------
+    >>> from cvfl_theory import FixedSizeEncoder
+    >>> [p.name for p in applicable_protocols(FixedSizeEncoder(2))]
+    ['naive', 'varying-length', 'sparse', 'seeded-sparse']
+    """
+    found = []
+    for cls in PROTOCOLS.values():
+        proto = cls(r=r, r_seed=r_seed)
+        try:
+            proto.check_encoder(encoder)
+        except ValueError:
+            continue
+        found.append(proto)
+    return found

@@ -25,7 +25,7 @@ from scipy.stats import norm
 from ._rng import RNGLike, as_generator
 from ._validate import check_int_in_range, check_matrix
 from .encoders import Encoder
-from .protocols import PROTOCOLS, Protocol
+from .protocols import Protocol, applicable_protocols
 from .table import Table
 
 __all__ = ["Check", "VerifyResult", "verify"]
@@ -173,14 +173,7 @@ def verify(
     xbar = Xn.astype(np.float64).mean(axis=0)
     r = {np.dtype(np.float16): 16, np.dtype(np.float32): 32}.get(Xn.dtype, 64)
     if protocols is None:
-        protocols = []
-        for cls in PROTOCOLS.values():
-            proto = cls(r=r)
-            try:
-                proto.check_encoder(encoder)
-            except ValueError:
-                continue
-            protocols.append(proto)
+        protocols = applicable_protocols(encoder, r=r)
 
     err2 = np.empty(trials)
     bits = np.empty((len(protocols), trials))

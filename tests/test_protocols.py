@@ -21,6 +21,7 @@ from cvfl_theory.protocols import (
     SeededSparseProtocol,
     SparseProtocol,
     VaryingLengthProtocol,
+    applicable_protocols,
 )
 from cvfl_theory.testing.exact import exact_expectation
 from cvfl_theory.testing.strategies import encoder_problems
@@ -53,15 +54,8 @@ def beta(proto, encoded):
 
 
 def applicable(encoder):
-    protos = []
-    for cls in PROTOCOLS.values():
-        proto = cls(r=32)
-        try:
-            proto.check_encoder(encoder)
-        except ValueError:
-            continue
-        protos.append(cls)
-    return protos
+    """Protocol classes that can carry the encoder's messages, by the K3 "usable with" column."""
+    return [type(p) for p in applicable_protocols(encoder)]
 
 
 @settings(max_examples=40)
