@@ -523,6 +523,19 @@ TABLE_COLUMNS = [
 ]
 
 
+def _compressor_sweep(opt: Options, ds: str) -> dict[RunSpec, RunResult]:
+    """Run (or load) the uncompressed baseline and every compressor at every bit width on ``ds``."""
+    st = SETTINGS[ds]
+    specs = [RunSpec(ds, "none", 32, st["Q"], s, opt.epochs(ds)) for s in range(opt.n_seeds())]
+    specs += [
+        RunSpec(ds, k, b, st["Q"], s, opt.epochs(ds))
+        for k in COMPRESSORS
+        for b in BITS
+        for s in range(opt.n_seeds())
+    ]
+    return run_sweep(specs, opt.out, opt.force, opt.progress)
+
+
 def exp_compressors(opt: Options) -> dict[str, Any]:
     """Tables 2–4: compressors × bits on every data set, plus the headline claim."""
     datasets = ["digits-quadrants", "breast-cancer", "digits-views-4"]
@@ -530,15 +543,7 @@ def exp_compressors(opt: Options) -> dict[str, Any]:
     all_rows: list[dict[str, Any]] = []
     headline: dict[str, Any] = {}
     for ds in datasets:
-        st = SETTINGS[ds]
-        specs = [RunSpec(ds, "none", 32, st["Q"], s, opt.epochs(ds)) for s in range(opt.n_seeds())]
-        specs += [
-            RunSpec(ds, k, b, st["Q"], s, opt.epochs(ds))
-            for k in COMPRESSORS
-            for b in BITS
-            for s in range(opt.n_seeds())
-        ]
-        res = run_sweep(specs, opt.out, opt.force, opt.progress)
+        res = _compressor_sweep(opt, ds)
         target = _target(res, lambda s: s.bits == 32, opt.target_fraction)
         rows = aggregate(res, target)
         all_rows += rows
@@ -565,6 +570,20 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, list):
         return [_jsonable(x) for x in v]
     return v
+
+
+def _table_and_curves(
+    rows: list[dict[str, Any]],
+    folder: str,
+    columns: Sequence[str] | None,
+    groups: dict[str, list[RunResult]],
+    png: str,
+    title: str,
+) -> dict[str, Any]:
+    """Write ``table.csv``/``.md`` and the metric-vs-epochs-and-bits plot ``png``; the result."""
+    write_table(rows, folder, "table", columns)
+    _plot(groups, os.path.join(folder, png), title, xkeys=("epoch", "bits"))
+    return {"rows": rows, "folder": folder}
 
 
 def exp_local_steps(opt: Options) -> dict[str, Any]:
@@ -598,15 +617,10 @@ def exp_local_steps(opt: Options) -> dict[str, Any]:
             row[f"time_{name}_{int(lat * 1000)}ms"] = m
             row[f"time_{name}_std"] = s
         rows.append(row)
-    write_table(rows, folder, "table")
     groups = {f"Q={Q}": [r for s, r in res.items() if s.Q == Q] for Q in Qs}
-    _plot(
-        groups,
-        os.path.join(folder, "f1_vs_round.png"),
-        "breast-cancer, lattice b=3",
-        xkeys=("epoch", "bits"),
+    return _table_and_curves(
+        rows, folder, None, groups, "f1_vs_round.png", "breast-cancer, lattice b=3"
     )
-    return {"rows": rows, "folder": folder}
 
 
 def exp_parties(opt: Options) -> dict[str, Any]:
@@ -626,29 +640,21 @@ def exp_parties(opt: Options) -> dict[str, Any]:
         rows += aggregate(res, target)
         for s, r in res.items():
             groups.setdefault(f"M={ds.rsplit('-', 1)[1]} b={s.bits}", []).append(r)
-    write_table(rows, folder, "table", TABLE_COLUMNS)
-    _plot(
+    return _table_and_curves(
+        rows,
+        folder,
+        TABLE_COLUMNS,
         groups,
-        os.path.join(folder, "parties.png"),
+        "parties.png",
         "digits-views: 4 vs 12 parties (lattice)",
-        xkeys=("epoch", "bits"),
     )
-    return {"rows": rows, "folder": folder}
 
 
 def exp_curves(opt: Options) -> dict[str, Any]:
     """Figure 3: metric vs epochs and vs bits, mean ± std bands, on digits-quadrants."""
     ds = "digits-quadrants"
-    st = SETTINGS[ds]
     folder = _folder(opt, "curves")
-    specs = [RunSpec(ds, "none", 32, st["Q"], s, opt.epochs(ds)) for s in range(opt.n_seeds())]
-    specs += [
-        RunSpec(ds, k, b, st["Q"], s, opt.epochs(ds))
-        for k in COMPRESSORS
-        for b in BITS
-        for s in range(opt.n_seeds())
-    ]
-    res = run_sweep(specs, opt.out, opt.force, opt.progress)
+    res = _compressor_sweep(opt, ds)
     curve_rows = []
     for kind in COMPRESSORS:
         groups: dict[str, list[RunResult]] = {}

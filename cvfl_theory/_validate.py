@@ -13,10 +13,32 @@ __all__ = [
     "check_matrix_row_sums",
     "check_probabilities",
     "check_int_in_range",
+    "as_real_float",
+    "raise_not_finite",
     "FLOAT_BITS",
 ]
 
 FLOAT_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.float64): 64}
+
+
+def as_real_float(a: np.ndarray, name: str, accepted: str) -> np.ndarray:
+    """Return ``a`` with float16/32/64 kept and other real dtypes (integers) as float64.
+
+    Raises ``TypeError`` for boolean, complex or non-numeric data; the message lists ``accepted``.
+    """
+    if a.dtype == bool or a.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers ({accepted}), got dtype {a.dtype}")
+    if a.dtype not in FLOAT_BITS:
+        a = a.astype(np.float64)
+    return a
+
+
+def raise_not_finite(a: np.ndarray, name: str = "x") -> None:
+    """Raise ``ValueError`` naming the first NaN/inf of ``a`` and its index (if there is one)."""
+    bad = np.argwhere(~np.isfinite(a))
+    if bad.size:
+        idx = tuple(int(b) for b in bad[0])
+        raise ValueError(f"{name} must be finite; found {a[idx]} at index {idx}")
 
 
 def check_matrix(X: Any, name: str = "X") -> tuple[np.ndarray, ArrayKind]:
@@ -33,14 +55,7 @@ def check_matrix(X: Any, name: str = "X") -> tuple[np.ndarray, ArrayKind]:
         Wrong number of dimensions, an empty axis, or NaN/inf entries.
     """
     a, kind = to_numpy(X, name)
-    if a.dtype == bool or a.dtype.kind not in "fiu":
-        raise TypeError(
-            f"{name} must hold real numbers (float16/32/64 or integers), got dtype {a.dtype}"
-        )
-    if a.dtype.kind in "iu":
-        a = a.astype(np.float64)
-    elif a.dtype not in FLOAT_BITS:
-        a = a.astype(np.float64)
+    a = as_real_float(a, name, "float16/32/64 or integers")
     if a.ndim != 2:
         raise ValueError(f"{name} must be 2-D with shape (n, d), got ndim={a.ndim} {a.shape}")
     if a.shape[0] < 1 or a.shape[1] < 1:
@@ -62,11 +77,8 @@ def check_matrix_row_sums(a: np.ndarray, name: str = "X") -> np.ndarray:
             sums = a @ np.ones(a.shape[1], dtype=a.dtype)
         else:
             sums = np.add.reduce(a, axis=1, dtype=np.float32)
-    if not np.isfinite(sums).all() and not np.isfinite(a).all():
-        bad = np.argwhere(~np.isfinite(a))[0]
-        raise ValueError(
-            f"{name} must be finite; found {a[tuple(bad)]} at index {tuple(int(b) for b in bad)}"
-        )
+    if not np.isfinite(sums).all():
+        raise_not_finite(a, name)
     return sums
 
 

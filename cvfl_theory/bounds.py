@@ -131,6 +131,23 @@ def compression_term(E: np.ndarray, H: np.ndarray, G: np.ndarray) -> np.ndarray:
     return np.sum(w * (total - E), axis=1)
 
 
+def _shared_terms(
+    F_gap: float, L: float, sigma2: Any, H: Any, G: Any, E: Any, R: int
+) -> tuple[float, float, np.ndarray, np.ndarray]:
+    r"""Validate the arguments theorems 4.2 and 4.4 share (in this order).
+
+    Returns ``F_gap``, ``L``, :math:`\sigma^2` (``(M + 1,)``) and the per-round compression
+    terms ``A`` (``(R,)``, :func:`compression_term`).
+    """
+    F_gap = _positive(F_gap, "F_gap", allow_zero=True)
+    Lf = _positive(L, "L")
+    s2 = _vector(sigma2, "sigma2")
+    parties = s2.size
+    Hv, Gv = _vector(H, "H", parties), _vector(G, "G", parties)
+    A = compression_term(_errors(E, R, parties), Hv, Gv)
+    return F_gap, Lf, s2, A
+
+
 @dataclass(frozen=True)
 class BoundTerms:
     r"""The three terms of a C4 bound and their sum.
@@ -237,13 +254,7 @@ def theorem_4_2(
     R = T // Q
     B = check_int_in_range(B, "B", 1, 2**62)
     eta = _positive(eta, "eta")
-    F_gap = _positive(F_gap, "F_gap", allow_zero=True)
-    Lf = _positive(L, "L")
-    s2 = _vector(sigma2, "sigma2")
-    parties = s2.size
-    Hv, Gv = _vector(H, "H", parties), _vector(G, "G", parties)
-    e = _errors(E, R, parties)
-    A = compression_term(e, Hv, Gv)
+    F_gap, Lf, s2, A = _shared_terms(F_gap, L, sigma2, H, G, E, R)
     step_ok = eta <= max_step_size(Q, Lf, L_m) * (1 + 1e-12)
     return BoundTerms(
         optimization=c_opt * F_gap / (eta * T),
@@ -307,13 +318,7 @@ def theorem_4_4(
         raise ValueError("etas must be > 0")
     R = eta.size
     B = check_int_in_range(B, "B", 1, 2**62)
-    F_gap = _positive(F_gap, "F_gap", allow_zero=True)
-    Lf = _positive(L, "L")
-    s2 = _vector(sigma2, "sigma2")
-    parties = s2.size
-    Hv, Gv = _vector(H, "H", parties), _vector(G, "G", parties)
-    e = _errors(E, R, parties)
-    A = compression_term(e, Hv, Gv)
+    F_gap, Lf, s2, A = _shared_terms(F_gap, L, sigma2, H, G, E, R)
     denom = Q * float(np.sum(eta))
     step_ok = bool(np.all(eta <= max_step_size(Q, Lf, L_m) * (1 + 1e-12)))
     return BoundTerms(

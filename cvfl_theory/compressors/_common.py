@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import raise_not_finite
 from ..bitpack import BitReader, BitWriter
 
 __all__ = [
@@ -99,8 +100,6 @@ def _finite_or_raise(lo: np.ndarray, hi: np.ndarray, a: np.ndarray) -> None:
     NaN propagates through min/max and an infinity is an extremum, so this detects both.
     """
     if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
-        from .base import raise_not_finite
-
         raise_not_finite(a, "x")
 
 

@@ -48,6 +48,7 @@ import numpy as np
 
 from .._backend import ArrayKind, to_numpy
 from .._rng import RNGLike, as_generator
+from .._validate import as_real_float, raise_not_finite
 from ..bitpack import BitReader, BitWriter
 
 __all__ = ["Compressor", "Compressed", "as_matrix", "shape2d"]
@@ -117,10 +118,7 @@ def as_matrix(
         Not 1-D or 2-D, empty, or containing NaN/inf.
     """
     a, kind = to_numpy(x, name)
-    if a.dtype == bool or a.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold real numbers (float16/32/64), got dtype {a.dtype}")
-    if a.dtype not in _DTYPE_CODES:
-        a = a.astype(np.float64)
+    a = as_real_float(a, name, "float16/32/64")
     if a.ndim not in (1, 2):
         raise ValueError(f"{name} must have shape (P,) or (B, P), got ndim={a.ndim} {a.shape}")
     if a.size == 0:
@@ -129,14 +127,6 @@ def as_matrix(
         raise_not_finite(a, name)
     shape = tuple(int(s) for s in a.shape)
     return a.reshape(shape2d(shape)), kind, shape, a.dtype
-
-
-def raise_not_finite(a: np.ndarray, name: str = "x") -> None:
-    """Raise the ``ValueError`` of :func:`as_matrix` for the first NaN/inf of ``a`` (if any)."""
-    bad = np.argwhere(~np.isfinite(a))
-    if bad.size:
-        idx = tuple(int(b) for b in bad[0])
-        raise ValueError(f"{name} must be finite; found {a[idx]} at index {idx}")
 
 
 def _shape_or_x(x_or_shape: Any) -> tuple[tuple[int, int], np.ndarray | None]:

@@ -8,24 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from .._rng import RNGLike
-from .._validate import check_int_in_range
-from ..bitpack import BitReader, BitWriter
+from ..bitpack import BitReader
 from ..lattice import SQRT3, A2BoxCodebook, _tables, nearest_scaled_inplace, voronoi_dither
-from ._common import (
-    DITHER_OFFSET,
-    DitherStream,
-    F32Ops,
-    parse_range,
-    range_bits,
-    read_range,
-    received_range,
-    resolve_range,
-    row_blocks,
-    super_blocks,
-    write_range,
-)
-from .base import Compressor, _shape_or_x, draw_seed, shape2d
+from ._common import DITHER_OFFSET, DitherStream, F32Ops, range_bits, row_blocks, super_blocks
+from .base import shape2d
+from .quantizer import RangeQuantizer
 
 __all__ = ["HexLatticeQuantizer"]
 
@@ -70,7 +57,7 @@ def _uniform_groups(B: int, P: int) -> list[list[slice]]:
     return groups
 
 
-class HexLatticeQuantizer(Compressor):
+class HexLatticeQuantizer(RangeQuantizer):
     r"""Hexagonal-lattice quantizer of component pairs with subtractive dither (C5.2, C5.3).
 
     Each row is scaled to the unit box (by its range, C5.5), split into pairs
@@ -145,33 +132,11 @@ class HexLatticeQuantizer(Compressor):
     """
 
     name = "hex"
+    _max_bits = 8
+    _f32_max_bits = 8  # every rate: the float32 kernel works in lattice coordinates
 
-    def __init__(
-        self,
-        bits: int,
-        range: Any = "minmax-row",  # noqa: A002 - the issue's argument name
-        dither: bool = True,
-        out_of_range: str = "clip",
-    ) -> None:
-        self.bits = check_int_in_range(bits, "bits", 1, 8)
-        self.range = parse_range(range)
-        if not isinstance(dither, (bool, np.bool_)):
-            raise TypeError(f"dither must be True or False, got {dither!r}")
-        self.dither = bool(dither)
-        if out_of_range not in ("clip", "raise"):
-            raise ValueError(f"out_of_range must be 'clip' or 'raise', got {out_of_range!r}")
-        self.out_of_range = out_of_range
+    def _setup(self) -> None:
         self.codebook = A2BoxCodebook.for_bits(self.bits, self.dither)
-
-    def config(self) -> dict[str, Any]:
-        """Constructor arguments."""
-        rng = self.range if isinstance(self.range, str) else list(self.range)
-        return {
-            "bits": self.bits,
-            "range": rng,
-            "dither": self.dither,
-            "out_of_range": self.out_of_range,
-        }
 
     @property
     def codebook_size(self) -> int:
@@ -193,48 +158,32 @@ class HexLatticeQuantizer(Compressor):
 
     def cell_areas(self, x: Any) -> np.ndarray:
         """Cell areas used for ``x``: one per row (``minmax-row``) or a single one."""
-        _, a = _shape_or_x(x)
-        if a is None:
-            raise TypeError("cell_areas needs the data x, not a shape")
-        lo, hi, _, _, _ = resolve_range(a, self.range, "clip")
-        return (self.codebook.cell_area * (hi - lo) ** 2).ravel()
+        return (self.codebook.cell_area * self._data_spans(x, "cell_areas") ** 2).ravel()
 
     def payload_bits(self, shape: tuple[int, ...]) -> int:
         r""":math:`B\lceil P/2\rceil\lceil\log_2 N\rceil` plus the transmitted range."""
         B, P = shape2d(shape)
         return B * ((P + 1) // 2) * self.index_bits + range_bits(self.range, B)
 
-    def _row_areas(self, x_or_shape: Any, what: str) -> tuple[np.ndarray, int, np.ndarray | None]:
-        (B, P), a = _shape_or_x(x_or_shape)
-        if a is None:
-            if isinstance(self.range, str):
-                raise ValueError(
-                    f"{what} of a min-max quantizer depends on the data range: pass x, not a shape"
-                )
-            assert self.cell_area is not None
-            return np.full(B, self.cell_area), P, None
-        return np.broadcast_to(self.cell_areas(a), (B,)), P, a
+    # ---- error laws (cell parameter: the cell area) -------------------------------------------
+    def _fixed_cell(self) -> float | None:
+        return self.cell_area
+
+    def _data_cells(self, a: np.ndarray) -> np.ndarray:
+        return self.cell_areas(a)
 
     def expected_error(self, x_or_shape: Any) -> float:
         r"""Exact :math:`\mathbb{E}\|C(x) - x\|_F^2 = P\sum_b 5V_b/(36\sqrt3)` (+ clipping), C5.2.
 
         Without dither: the deterministic error measured on ``x``.
         """
-        areas, P, a = self._row_areas(x_or_shape, "expected_error")
-        if not self.dither:
-            if a is None:
-                raise ValueError("expected_error without dither is measured on x: pass x")
-            out = self._decompress(*self._compress_np(a, None)[:2], a.shape)
-            return float(np.sum((out - a.astype(np.float64)) ** 2))
-        err = float(P * np.sum(areas) * 5.0 / (36.0 * SQRT3))
-        if a is not None and not isinstance(self.range, str):
-            c = np.clip(a.astype(np.float64), *self.range) - a
-            err += float(np.sum(c * c))
-        return err
+        return self._error_law(
+            x_or_shape, lambda areas, P: float(P * np.sum(areas) * 5.0 / (36.0 * SQRT3))
+        )
 
     def published_bound(self, x_or_shape: Any) -> float:
         r"""The paper's :math:`V B P / 24` (summed over rows when the cell area varies)."""
-        areas, P, _ = self._row_areas(x_or_shape, "published_bound")
+        areas, P, _ = self._row_cells(x_or_shape, "published_bound")
         return float(P * np.sum(areas) / 24.0)
 
     # ---- kernels -----------------------------------------------------------------------------
@@ -246,23 +195,14 @@ class HexLatticeQuantizer(Compressor):
         ab -= DITHER_OFFSET
         return voronoi_dither(ab[0], ab[1], self.codebook.a)
 
-    _checks_finite = True
+    _unit_scale = 1.0  # the unit box
 
-    @staticmethod
-    def _f32_compress_ok(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, seed: Any) -> bool:
-        """Whether the float32 kernel applies: dithered float32 data whose range is float32."""
-        if seed is None or a.dtype != np.float32:
-            return False
-        span = hi - lo
-        with np.errstate(over="ignore"):
-            lo32, hi32 = lo.astype(np.float32), hi.astype(np.float32)
-            inv = np.divide(1.0, span, out=np.zeros_like(span), where=span > 0)
-            ok32 = np.isfinite(hi32 - lo32).all() and np.isfinite(inv.astype(np.float32)).all()
-        return bool(np.all(lo32 == lo) and np.all(hi32 == hi) and ok32)
+    @property
+    def _index_bits(self) -> int:
+        return self.index_bits
 
-    @staticmethod
-    def _f32_decompress_ok(seed: Any, dtype: Any) -> bool:
-        return seed is not None and np.dtype(dtype) == np.float32
+    def _index_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
+        return shape[0], (shape[1] + 1) // 2
 
     @staticmethod
     def _dither_f32(
@@ -434,38 +374,28 @@ class HexLatticeQuantizer(Compressor):
             np.copyto(ob[:, 1::2], Y[:, :half])
         return idx
 
-    def _compress_np(
-        self, a: np.ndarray, seed: int | None, check_finite: bool = False
-    ) -> tuple[dict[str, np.ndarray], int | None, int]:
-        lo, hi, sent, a, n_clip = resolve_range(a, self.range, self.out_of_range, check_finite)
-        if seed is not None and self._f32_compress_ok(a, lo, hi, seed):
-            idx = self._kernel_f32(lo, hi, DitherStream(seed), a.shape, a=a)
-            return {**sent, "idx": idx}, seed, n_clip
-        return self._compress_f64(a, lo, hi, sent, n_clip, seed)
+    def _quantize_f32(
+        self,
+        a: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        stream: DitherStream,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        return self._kernel_f32(lo, hi, stream, a.shape, a=a, out=out)
 
-    def _roundtrip(self, a: np.ndarray, rng: RNGLike, dtype: np.dtype) -> np.ndarray:
-        seed = draw_seed(rng) if self.dither else None
-        lo, hi, _, a, _ = resolve_range(a, self.range, self.out_of_range, check_finite=True)
-        if (
-            seed is not None
-            and self._f32_compress_ok(a, lo, hi, seed)
-            and self._f32_decompress_ok(seed, dtype)
-        ):
-            out = np.empty(a.shape, np.float32)
-            self._kernel_f32(lo, hi, DitherStream(seed), a.shape, a=a, out=out)
-            return out
-        data, seed, _ = self._compress_np(a, seed)
-        return self._decompress(data, seed, a.shape, dtype)
+    def _dequantize_f32(
+        self, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, stream: DitherStream, out: np.ndarray
+    ) -> None:
+        self._kernel_f32(lo, hi, stream, out.shape, idx=idx, out=out)
 
     def _compress_f64(
         self,
         a: np.ndarray,
         lo: np.ndarray,
         hi: np.ndarray,
-        sent: dict[str, np.ndarray],
-        n_clip: int,
         seed: int | None,
-    ) -> tuple[dict[str, np.ndarray], int | None, int]:
+    ) -> np.ndarray:
         span = hi - lo
         inv = np.divide(1.0, span, out=np.zeros_like(span), where=span > 0)
         B, P = a.shape
@@ -473,7 +403,7 @@ class HexLatticeQuantizer(Compressor):
         per_row = lo.shape[0] > 1
         stream = None if seed is None else DitherStream(seed)
         la = self.codebook.a
-        idx = np.empty((B, npairs), np.uint8 if self.index_bits <= 8 else np.uint16)
+        idx = np.empty((B, npairs), self._index_dtype)
         for sl in row_blocks(B, P):
             rows = sl.stop - sl.start
             t = np.empty((rows, 2 * npairs))
@@ -496,31 +426,22 @@ class HexLatticeQuantizer(Compressor):
             Y *= 1.0 / (la * SQRT3)
             i, j = nearest_scaled_inplace(X, Y)
             idx[sl] = self.codebook.index_of(i, j)
-        return {**sent, "idx": idx}, seed, n_clip
+        return idx
 
-    def _compress(
-        self, a: np.ndarray, rng: RNGLike
-    ) -> tuple[dict[str, np.ndarray], int | None, int]:
-        return self._compress_np(a, draw_seed(rng) if self.dither else None, check_finite=True)
-
-    def _decompress(
+    def _decompress_f64(
         self,
-        data: dict[str, np.ndarray],
+        idx: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
         seed: int | None,
         shape: tuple[int, int],
-        dtype: np.dtype | type = np.float64,
+        dtype: np.dtype | type,
     ) -> np.ndarray:
         B, P = shape
-        lo, hi = received_range(self.range, data, B)
-        if seed is not None and self._f32_decompress_ok(seed, dtype):
-            out32 = np.empty(shape, np.float32)
-            self._kernel_f32(lo, hi, DitherStream(seed), shape, idx=data["idx"], out=out32)
-            return out32
         span = hi - lo
         offset = lo + 0.5 * span
         per_row = lo.shape[0] > 1
         px, py = _tables(self.codebook)[2:]
-        idx = data["idx"]
         npairs = idx.shape[1]
         stream = None if seed is None else DitherStream(seed)
         out = np.empty(shape, dtype)
@@ -540,18 +461,8 @@ class HexLatticeQuantizer(Compressor):
             out[sl] = body
         return out
 
-    def _write_payload(
-        self, w: BitWriter, data: dict[str, np.ndarray], shape: tuple[int, int]
-    ) -> None:
-        write_range(w, self.range, data)
-        w.write_uint(data["idx"].ravel(), self.index_bits)
-
     def _read_payload(self, r: BitReader, shape: tuple[int, int]) -> dict[str, np.ndarray]:
-        B, P = shape
-        data = read_range(r, self.range, B)
-        npairs = (P + 1) // 2
-        idx = r.read_uint(B * npairs, self.index_bits).reshape(B, npairs)
-        if np.any(idx >= self.codebook_size):
+        data = super()._read_payload(r, shape)
+        if np.any(data["idx"] >= self.codebook_size):
             raise ValueError(f"corrupted codeword index: >= codebook size {self.codebook_size}")
-        data["idx"] = idx.astype(np.uint8 if self.index_bits <= 8 else np.uint16)
         return data

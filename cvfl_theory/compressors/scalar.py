@@ -6,23 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from .._rng import RNGLike
-from .._validate import check_int_in_range
-from ..bitpack import BitReader, BitWriter
-from ._common import (
-    DITHER_OFFSET,
-    DitherStream,
-    F32Ops,
-    parse_range,
-    range_bits,
-    read_range,
-    received_range,
-    resolve_range,
-    row_blocks,
-    super_blocks,
-    write_range,
-)
-from .base import Compressor, _shape_or_x, draw_seed, shape2d
+from ._common import DITHER_OFFSET, DitherStream, F32Ops, range_bits, row_blocks, super_blocks
+from .base import shape2d
+from .quantizer import RangeQuantizer
 
 __all__ = ["ScalarQuantizer"]
 
@@ -30,7 +16,7 @@ _F32_MAX_BITS = 8
 """float32 inputs with ``bits <= 8`` and dither use float32 kernels (see ``_quantize_f32``)."""
 
 
-class ScalarQuantizer(Compressor):
+class ScalarQuantizer(RangeQuantizer):
     r"""Uniform scalar quantizer with :math:`2^q` levels and optional subtractive dither (C5.1).
 
     Levels are :math:`\ell_k = h_{\min} + k\Delta`, :math:`k = 0, \dots, 2^q - 1`, with step
@@ -96,32 +82,8 @@ class ScalarQuantizer(Compressor):
     """
 
     name = "scalar"
-
-    def __init__(
-        self,
-        bits: int,
-        range: Any = "minmax-row",  # noqa: A002 - the issue's argument name
-        dither: bool = True,
-        out_of_range: str = "clip",
-    ) -> None:
-        self.bits = check_int_in_range(bits, "bits", 1, 16)
-        self.range = parse_range(range)
-        if not isinstance(dither, (bool, np.bool_)):
-            raise TypeError(f"dither must be True or False, got {dither!r}")
-        self.dither = bool(dither)
-        if out_of_range not in ("clip", "raise"):
-            raise ValueError(f"out_of_range must be 'clip' or 'raise', got {out_of_range!r}")
-        self.out_of_range = out_of_range
-
-    def config(self) -> dict[str, Any]:
-        """Constructor arguments."""
-        rng = self.range if isinstance(self.range, str) else list(self.range)
-        return {
-            "bits": self.bits,
-            "range": rng,
-            "dither": self.dither,
-            "out_of_range": self.out_of_range,
-        }
+    _max_bits = 16
+    _f32_max_bits = _F32_MAX_BITS
 
     @property
     def levels(self) -> int:
@@ -140,28 +102,19 @@ class ScalarQuantizer(Compressor):
 
     def steps(self, x: Any) -> np.ndarray:
         """Steps actually used for ``x``: one per row (``minmax-row``) or a single one."""
-        _, a = _shape_or_x(x)
-        if a is None:
-            raise TypeError("steps needs the data x, not a shape")
-        lo, hi, _, _, _ = resolve_range(a, self.range, "clip")
-        return ((hi - lo) / (self.levels - 1)).ravel()
+        return (self._data_spans(x, "steps") / (self.levels - 1)).ravel()
 
     def payload_bits(self, shape: tuple[int, ...]) -> int:
         """:math:`q B P` plus the transmitted range (C5.5)."""
         B, P = shape2d(shape)
         return self.bits * B * P + range_bits(self.range, B)
 
-    # ---- error laws --------------------------------------------------------------------------
-    def _row_steps(self, x_or_shape: Any, what: str) -> tuple[np.ndarray, int, np.ndarray | None]:
-        """Per-row steps broadcast to B rows, P, and the data (or None)."""
-        (B, P), a = _shape_or_x(x_or_shape)
-        if a is None:
-            if isinstance(self.range, str):
-                raise ValueError(
-                    f"{what} of a min-max quantizer depends on the data range: pass x, not a shape"
-                )
-            return np.full(B, self.step), P, None
-        return np.broadcast_to(self.steps(a), (B,)), P, a
+    # ---- error laws (cell parameter: the step) ------------------------------------------------
+    def _fixed_cell(self) -> float | None:
+        return self.step
+
+    def _data_cells(self, a: np.ndarray) -> np.ndarray:
+        return self.steps(a)
 
     def expected_error(self, x_or_shape: Any) -> float:
         r"""Exact :math:`\mathbb{E}\|C(x)-x\|_F^2` (C5.1); from the data for min-max or no dither.
@@ -169,46 +122,25 @@ class ScalarQuantizer(Compressor):
         With dither: :math:`P\sum_b \Delta_b^2/12` plus the squared clipping distances.
         Without dither: the deterministic error measured on ``x``.
         """
-        steps, P, a = self._row_steps(x_or_shape, "expected_error")
-        if not self.dither:
-            if a is None:
-                raise ValueError("expected_error without dither is measured on x: pass x")
-            out = self._decompress(*self._compress_np(a, None)[:2], a.shape)
-            return float(np.sum((out - a.astype(np.float64)) ** 2))
-        err = float(P * np.sum(steps**2) / 12.0)
-        if a is not None and not isinstance(self.range, str):
-            c = np.clip(a.astype(np.float64), *self.range) - a
-            err += float(np.sum(c * c))
-        return err
+        return self._error_law(x_or_shape, lambda steps, P: float(P * np.sum(steps**2) / 12.0))
 
     def published_bound(self, x_or_shape: Any) -> float:
         r"""The paper's :math:`B P (h_{\max} - h_{\min})^2 2^{-2q} / 12` (summed over row ranges)."""
-        steps, P, _ = self._row_steps(x_or_shape, "published_bound")
+        steps, P, _ = self._row_cells(x_or_shape, "published_bound")
         spans = steps * (self.levels - 1)
         return float(P * np.sum(spans**2) * 2.0 ** (-2 * self.bits) / 12.0)
 
     # ---- kernels -----------------------------------------------------------------------------
-    _checks_finite = True
+    @property
+    def _unit_scale(self) -> float:
+        return self.levels - 1  # t = (a - lo)/Delta in [0, L]
 
-    def _f32_compress_ok(self, a: np.ndarray, lo: np.ndarray, hi: np.ndarray, seed: Any) -> bool:
-        """Whether :meth:`_quantize_f32` applies (see its docstring)."""
-        if seed is None or a.dtype != np.float32 or self.bits > _F32_MAX_BITS:
-            return False
-        span = hi - lo
-        with np.errstate(over="ignore"):
-            lo32, hi32 = lo.astype(np.float32), hi.astype(np.float32)
-            span32 = hi32 - lo32
-            inv = np.divide(self.levels - 1, span, out=np.zeros_like(span), where=span > 0)
-            inv32 = inv.astype(np.float32)
-        return bool(
-            np.all(lo32 == lo)
-            and np.all(hi32 == hi)
-            and np.isfinite(span32).all()
-            and np.isfinite(inv32).all()
-        )
+    @property
+    def _index_bits(self) -> int:
+        return self.bits
 
-    def _f32_decompress_ok(self, seed: Any, dtype: Any) -> bool:
-        return seed is not None and np.dtype(dtype) == np.float32 and self.bits <= _F32_MAX_BITS
+    def _index_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
+        return shape
 
     def _f32_consts(
         self, lo: np.ndarray, hi: np.ndarray
@@ -289,9 +221,9 @@ class ScalarQuantizer(Compressor):
         ops.add(k, offset, out=k)
 
     def _dequantize_f32(
-        self, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, stream: DitherStream
-    ) -> np.ndarray:
-        r"""float32 reconstruction (three float32 roundings instead of one).
+        self, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, stream: DitherStream, out: np.ndarray
+    ) -> None:
+        r"""float32 reconstruction into ``out`` (three float32 roundings instead of one).
 
         :math:`\mathrm{fl}(\mathrm{fl}((k - f)\Delta) + lo + (\mathtt{DITHER\_OFFSET} +
         1/2)\Delta)`; see :meth:`_quantize_f32`.
@@ -300,7 +232,6 @@ class ScalarQuantizer(Compressor):
         B, P = idx.shape
         per_row = lo.shape[0] > 1
         ops = F32Ops()
-        out = np.empty((B, P), np.float32)
         for grp in super_blocks(B, P):
             r0, r1 = grp[0].start, grp[-1].stop
             rs = slice(r0, r1) if per_row else slice(0, 1)
@@ -308,24 +239,19 @@ class ScalarQuantizer(Compressor):
             ops.copy(o, idx[r0:r1])
             f = stream.take_blocks(grp, P)
             self._dequantize_block(ops, o, f, step32[rs], off32[rs])
-        return out
 
-    def _compress_np(
-        self, a: np.ndarray, seed: int | None, check_finite: bool = False
-    ) -> tuple[dict[str, np.ndarray], int | None, int]:
+    def _compress_f64(
+        self, a: np.ndarray, lo: np.ndarray, hi: np.ndarray, seed: int | None
+    ) -> np.ndarray:
         # t = (a - lo)/Delta in [0, L] (L = 2^q - 1), then k = floor(t + U - 1/2 + 1/2); with
         # U = f - DITHER_OFFSET this is floor(t + f - DITHER_OFFSET). In float64 the argument lies
         # in (0, L + 1): t <= L(1 + 3 eps) and f - DITHER_OFFSET <= 1 - 2^-24, so the floor
         # (a truncating cast, since the argument is positive) is always a valid level.
-        lo, hi, sent, a, n_clip = resolve_range(a, self.range, self.out_of_range, check_finite)
-        if seed is not None and self._f32_compress_ok(a, lo, hi, seed):
-            idx = self._quantize_f32(a, lo, hi, DitherStream(seed))
-            return {**sent, "idx": idx}, seed, n_clip
         top = self.levels - 1
         span = hi - lo
         inv = np.divide(top, span, out=np.zeros_like(span), where=span > 0)
         B, P = a.shape
-        idx = np.empty((B, P), np.uint8 if self.bits <= 8 else np.uint16)
+        idx = np.empty((B, P), self._index_dtype)
         stream = None if seed is None else DitherStream(seed)
         per_row = lo.shape[0] > 1
         blocks = row_blocks(B, P)
@@ -339,47 +265,24 @@ class ScalarQuantizer(Compressor):
                 t += stream.take(t.shape)
             t += shift
             idx[sl] = t
-        return {**sent, "idx": idx}, seed, n_clip
+        return idx
 
-    def _compress(
-        self, a: np.ndarray, rng: RNGLike
-    ) -> tuple[dict[str, np.ndarray], int | None, int]:
-        return self._compress_np(a, draw_seed(rng) if self.dither else None, check_finite=True)
-
-    def _roundtrip(self, a: np.ndarray, rng: RNGLike, dtype: np.dtype) -> np.ndarray:
-        seed = draw_seed(rng) if self.dither else None
-        lo, hi, _, a, _ = resolve_range(a, self.range, self.out_of_range, check_finite=True)
-        if (
-            seed is not None
-            and self._f32_compress_ok(a, lo, hi, seed)
-            and self._f32_decompress_ok(seed, dtype)
-        ):
-            # Fused: one dither draw per block for both sides (the minmax range is rounded to
-            # float32 exactly as it is sent, so the receiver's lo/hi are these lo/hi).
-            out = np.empty(a.shape, np.float32)
-            self._quantize_f32(a, lo, hi, DitherStream(seed), out=out)
-            return out
-        data, seed, _ = self._compress_np(a, seed)
-        return self._decompress(data, seed, a.shape, dtype)
-
-    def _decompress(
+    def _decompress_f64(
         self,
-        data: dict[str, np.ndarray],
+        idx: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
         seed: int | None,
         shape: tuple[int, int],
-        dtype: np.dtype | type = np.float64,
+        dtype: np.dtype | type,
     ) -> np.ndarray:
         # x = lo + (k - (U - 1/2)) Delta = lo + (k - f + DITHER_OFFSET + 1/2) Delta
         B, P = shape
-        lo, hi = received_range(self.range, data, B)
-        if seed is not None and self._f32_decompress_ok(seed, dtype):
-            return self._dequantize_f32(data["idx"], lo, hi, DitherStream(seed))
         step = (hi - lo) / (self.levels - 1)
         offset = lo + (DITHER_OFFSET + 0.5) * step if seed is not None else lo
         per_row = lo.shape[0] > 1
         out = np.empty(shape, dtype)
         stream = None if seed is None else DitherStream(seed)
-        idx = data["idx"]
         blocks = row_blocks(B, P)
         buf = np.empty((blocks[0].stop - blocks[0].start, P))
         for sl in blocks:
@@ -391,15 +294,3 @@ class ScalarQuantizer(Compressor):
             t += offset[sl] if per_row else offset
             out[sl] = t
         return out
-
-    def _write_payload(
-        self, w: BitWriter, data: dict[str, np.ndarray], shape: tuple[int, int]
-    ) -> None:
-        write_range(w, self.range, data)
-        w.write_uint(data["idx"].ravel(), self.bits)
-
-    def _read_payload(self, r: BitReader, shape: tuple[int, int]) -> dict[str, np.ndarray]:
-        data = read_range(r, self.range, shape[0])
-        idx = r.read_uint(shape[0] * shape[1], self.bits).reshape(shape)
-        data["idx"] = idx.astype(np.uint8 if self.bits <= 8 else np.uint16)
-        return data
