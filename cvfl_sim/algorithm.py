@@ -22,7 +22,12 @@ reconstructed, and sends the compressed *difference* to it.
 The simulation is sequential but exact: the blocks' updates within a local step are independent
 (each depends only on round-start messages and its own parameters). All ``M`` party gradients of a
 local step come from one backward pass through ``M`` stacked copies of the server head, so the cost
-stays close to one joint SGD step (see ``benchmarks/bench_sim.py``).
+stays close to one joint SGD step (see ``benchmarks/bench_sim.py``). When a round's messages are
+lossless (checked value by value, e.g. identity compressors at the data's precision) and the
+server head is row-wise (built from linear layers and activations), the ``M + 1`` objectives of
+the round's first local step coincide and are evaluated once, as one joint SGD step; the identity
+compressor at the data's precision is not called at all (it returns its input's values and draws
+no randomness). Neither shortcut changes any result.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -396,19 +401,92 @@ def evaluate(
 # ---------------------------------------------------------------------------------------------
 # Algorithm 1
 # ---------------------------------------------------------------------------------------------
-def _keep_mask(sizes: Sequence[int], bsz: int, dtype: torch.dtype) -> torch.Tensor:
-    """``(M*bsz, ΣP)`` 0/1 mask that zeroes party ``m``'s own block in row block ``m``."""
-    blocks = [torch.ones(bsz, p, dtype=dtype) for p in sizes]
-    return 1 - torch.block_diag(*blocks)
+def _own_mask(sizes: Sequence[int]) -> torch.Tensor:
+    """``(M, 1, ΣP)`` boolean mask of party ``m``'s own block of columns in row block ``m``."""
+    mask = torch.zeros(len(sizes), 1, sum(sizes), dtype=torch.bool)
+    off = 0
+    for m, p in enumerate(sizes):
+        mask[m, 0, off : off + p] = True
+        off += p
+    return mask
 
 
-def _sgd_step(params: Sequence[torch.Tensor], lr: float) -> None:
+# Modules whose forward is deterministic and acts on each row (sample) separately, without
+# buffers: a server head built from them gives every row the same output whether it is evaluated
+# alone or stacked with other rows, which the lossless fast path of :func:`train` relies on.
+_ROWWISE = (
+    nn.Linear,
+    nn.Sequential,
+    nn.Identity,
+    nn.ReLU,
+    nn.LeakyReLU,
+    nn.ELU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Tanh,
+    nn.Sigmoid,
+    nn.Softplus,
+)
+
+
+def _rowwise(server: nn.Module) -> bool:
+    """Whether ``server`` is built only from :data:`_ROWWISE` modules (and the built-in heads)."""
+    from .models import LinearHead, MLPHead
+
+    kinds = (*_ROWWISE, LinearHead, MLPHead)
+    return all(type(mod) in kinds for mod in server.modules()) and not any(
+        True for _ in server.buffers()
+    )
+
+
+def _exact_identity(c: Any, dtype: torch.dtype) -> bool:
+    """Whether ``c.roundtrip(x)`` returns ``x``'s values exactly for finite ``x`` of ``dtype``.
+
+    True for :class:`~cvfl_theory.compressors.Identity` at the data's own precision (``r = 32``
+    for float32, ``r = 64`` for float64): it sends every component as that IEEE float and draws
+    no randomness (THEORY C5), so skipping the call changes neither the result nor any generator.
+    """
+    from cvfl_theory.compressors import Identity
+
+    bits = {torch.float32: 32, torch.float64: 64}.get(dtype)
+    return type(c) is Identity and c.config().get("r") == bits
+
+
+def _flat_params(module: nn.Module) -> torch.Tensor | None:
+    """Make ``module``'s (contiguous) parameters views of one flat tensor, returned; values kept.
+
+    ``None`` (nothing changed) if a parameter is not contiguous: its layout is kept.
+    """
+    params = list(module.parameters())
+    if not all(q.is_contiguous() for q in params):
+        return None
+    flat = torch.cat([q.detach().reshape(-1) for q in params])
+    off = 0
+    for q in params:
+        n = q.numel()
+        q.data = flat[off : off + n].view(q.shape)
+        off += n
+    return flat
+
+
+def _sgd_step(
+    params: list[torch.Tensor], grads: tuple[torch.Tensor | None, ...], lr: float
+) -> None:
     with torch.no_grad():
-        ps = [p for p in params if p.grad is not None]
-        if ps:
-            torch._foreach_add_(ps, [p.grad for p in ps], alpha=-lr)  # type: ignore[misc]
-        for p in params:
-            p.grad = None
+        if all(g is not None for g in grads):
+            torch._foreach_add_(params, cast("tuple[torch.Tensor, ...]", grads), alpha=-lr)
+        else:
+            ps = [p for p, g in zip(params, grads) if g is not None]
+            gs = [g for g in grads if g is not None]
+            if ps:
+                torch._foreach_add_(ps, gs, alpha=-lr)
+
+
+def _diverged(m: int, r: int, t0: int) -> FloatingPointError:
+    return FloatingPointError(
+        f"training diverged: party {m}'s embedding is not finite at round {r} (t0={t0}); "
+        "lower lr or use more bits"
+    )
 
 
 def train(
@@ -458,16 +536,22 @@ def train(
     M = dataset.n_parties
     dtype = s.dtype
     parties, server = s.parties, s.server
-    party_params = [list(p.parameters()) for p in parties]
+    all_params: list[torch.Tensor] = [
+        q for net in [*parties, server] for q in net.parameters() if q.requires_grad
+    ]
     server_params = list(server.parameters())
-    all_params = [q for ps in party_params for q in ps] + server_params
-    numels = [q.numel() for q in server_params]
+    theta0_size = sum(q.numel() for q in server_params)
+    # the parties' copy of the server, C_0(θ_0^{t0}), frozen for a round; its parameters are
+    # views of one flat tensor, so a round refreshes it with one copy
     server_hat = copy.deepcopy(server)
-    server_hat_params = list(server_hat.parameters())
-    for q in server_hat_params:
+    for q in server_hat.parameters():
         q.requires_grad_(False)
-    keep_mask = _keep_mask(s.emb_sizes, config.batch_size, dtype)
-    theta0_size = sum(numels)
+    hat_flat = _flat_params(server_hat)
+    hat_params = list(server_hat.parameters())
+    numels = [q.numel() for q in server_params]
+    hat_buffers = list(zip(server_hat.buffers(), server.buffers()))
+    own_block = _own_mask(s.emb_sizes)  # (M, 1, ΣP): party m's own block in row block m
+    rowwise = _rowwise(server)
 
     Xtr = [torch.as_tensor(p, dtype=dtype) for p in dataset.train_parts]
     ytr = torch.as_tensor(dataset.y_train)
@@ -541,8 +625,17 @@ def train(
         start_epoch, r, train_time = st["epoch"], st["round"], st["train_time"]
     else:
         record(0)
+    last: tuple[Any, ...] = (None, None, 0)
     for _epoch in range(start_epoch, config.epochs):
-        for batch in minibatches(n, B, batch_gen):
+        batches = minibatches(n, B, batch_gen)
+        tick = time.perf_counter()
+        # one gather per epoch: a round's mini-batch is then a contiguous slice (same values)
+        order = torch.from_numpy(np.concatenate(batches))
+        X_ep = [X[order] for X in Xtr]
+        y_ep = ytr[order]
+        train_time += time.perf_counter() - tick
+        lo = 0
+        for batch in batches:
             tick = time.perf_counter()
             t0 = r * Q
             eta = float(s.lr(t0))
@@ -550,16 +643,47 @@ def train(
                 raise ValueError(f"lr schedule gave a step size {eta} at t0={t0}; need > 0")
             comps = s.compressor_at(r)
             c0 = s.server_compressor_at(r)
-            idx = torch.from_numpy(batch)
-            xb = [X[idx] for X in Xtr]
-            yb = ytr[idx]
             bsz = len(batch)
+            hi = lo + bsz
+            idx = order[lo:hi]
+            xb = [X[lo:hi] for X in X_ep]
+            yb = y_ep[lo:hi]
+            lo = hi
+            if comps is not last[0] or c0 is not last[1] or bsz != last[2]:
+                key = (tuple(id(c) for c in comps), id(c0), bsz)
+                if key not in bits_cache:  # bits depend only on the compressors and shapes
+                    b_nom = float(np.mean([nominal_bits(c) for c in comps]))
+                    rb0 = round_bits(comps, c0, bsz, s.emb_sizes, theta0_size)
+                    exact = [_exact_identity(c, dtype) for c in comps]
+                    bits_cache[key] = (
+                        rb0,
+                        paper_cost_model(b_nom, float(np.mean(s.emb_sizes)), bsz, M, theta0_size),
+                        rb0.total,
+                        exact,
+                        any(exact),
+                        all(exact) and not config.error_feedback,
+                        _exact_identity(c0, dtype),
+                        (tuple(comps), c0),  # keeps the compressors alive: their ids stay unique
+                    )
+                rb, paper_bits, rb_total, exact, any_exact, all_exact, exact0, _ = bits_cache[key]
+                last = (comps, c0, bsz)
 
             # -- round start: fresh embeddings h_m(θ_m^{t0}) (kept with graph for local step 0)
             H = [p(x) for p, x in zip(parties, xb)]
+            Hc = torch.cat(H, dim=1)
             Hhat = []
+            skip = [e and H[m].dtype == dtype for m, e in enumerate(exact)]
             for m in range(M):
                 h = H[m].detach()
+                if skip[m]:  # C_m(h) = h exactly: the call is skipped (finiteness checked below)
+                    if config.error_feedback:
+                        mem = memory[m][idx]
+                        hh = mem + (h - mem)
+                        memory[m][idx] = hh
+                    else:
+                        hh = h
+                    Hhat.append(hh)
+                    continue
                 try:
                     if config.error_feedback:
                         mem = memory[m][idx]
@@ -569,52 +693,67 @@ def train(
                         hh = comps[m].roundtrip(h, rng=comp_gens[m])
                 except ValueError:
                     if not bool(torch.isfinite(h).all()):
-                        raise FloatingPointError(
-                            f"training diverged: party {m}'s embedding is not finite at round "
-                            f"{r} (t0={t0}); lower lr or use more bits"
-                        ) from None
+                        raise _diverged(m, r, t0) from None
                     raise
                 Hhat.append(hh.to(dtype))
             with torch.no_grad():
-                Zhat = torch.cat(Hhat, dim=1)  # Φ̂^{t0} embeddings, (B, ΣP_m)
-                e_emb = float(((Zhat - torch.cat(H, dim=1)) ** 2).sum())
+                Hd = Hc.detach()
+                lossless = all_exact and all(skip)
+                Zhat = Hd if lossless else torch.cat(Hhat, dim=1)  # Φ̂^{t0} embeddings, (B, ΣP)
+                e_emb = float(((Zhat - Hd) ** 2).sum())
+                if any_exact and not math.isfinite(e_emb):
+                    for m in range(M):
+                        if skip[m] and not bool(torch.isfinite(H[m]).all()):
+                            raise _diverged(m, r, t0)
                 theta0 = torch.cat([q.reshape(-1) for q in server_params]).reshape(1, -1)
-                theta0_hat = c0.roundtrip(theta0, rng=comp_gens[M]).to(dtype).reshape(-1)
+                if exact0:
+                    theta0_hat = theta0.reshape(-1)
+                else:
+                    theta0_hat = c0.roundtrip(theta0, rng=comp_gens[M]).to(dtype).reshape(-1)
                 e_srv = float(((theta0_hat - theta0.reshape(-1)) ** 2).sum())
+                if exact0 and not math.isfinite(e_srv):
+                    c0.roundtrip(theta0, rng=comp_gens[M])  # raises the compressor's ValueError
                 # the parties' copy of the server: C_0(θ_0^{t0}), frozen for the round
-                for v, dst in zip(theta0_hat.split(numels), server_hat_params):
-                    dst.copy_(v.reshape(dst.shape))
-                # party m's input: the others' stale compressed embeddings with its own block
-                # zeroed (exact: multiplication by 0/1), its fresh block added per local step
-                mask = keep_mask if bsz == B else _keep_mask(s.emb_sizes, bsz, dtype)
-                Zrest = (Zhat.unsqueeze(0) * mask.view(M, bsz, -1)).view(M * bsz, -1)
-                for b_hat, b_srv in zip(server_hat.buffers(), server.buffers()):
+                if hat_flat is not None:
+                    hat_flat.copy_(theta0_hat)
+                else:
+                    for v, dst in zip(theta0_hat.split(numels), hat_params):
+                        dst.copy_(v.reshape(dst.shape))
+                for b_hat, b_srv in hat_buffers:
                     b_hat.copy_(b_srv)
-            key = (tuple(id(c) for c in comps), id(c0), bsz)
-            if key not in bits_cache:  # payload bits depend only on the compressors and shapes
-                b_nom = float(np.mean([nominal_bits(c) for c in comps]))
-                bits_cache[key] = (
-                    round_bits(comps, c0, bsz, s.emb_sizes, theta0_size),
-                    paper_cost_model(b_nom, float(np.mean(s.emb_sizes)), bsz, M, theta0_size),
+                # lossless round start (e.g. identity compressors): every party's view
+                # Φ̂_m^{t0} = {Φ̂_{-m}^{t0}; h_m} is the fresh Φ^{t0} and C_0(θ_0^{t0}) = θ_0^{t0},
+                # so the M + 1 objectives of local step 0 coincide with one joint F_B(Φ^{t0}; θ_0)
+                # (a nonzero error rules it out without comparing the tensors)
+                joint0 = (
+                    rowwise
+                    and (lossless or (e_emb == 0.0 and bool(torch.equal(Zhat, Hd))))
+                    and (exact0 or (e_srv == 0.0 and bool(torch.equal(theta0_hat, theta0[0]))))
                 )
-            rb, paper_bits = bits_cache[key]
+                if Q > 1 or not joint0:
+                    yrep = yb.repeat(M + 1)
+                    Zhat3 = Zhat.unsqueeze(0)
             ledger.record(rb, paper_bits)
-            yrep = yb.repeat(M + 1)
 
             # -- Q local steps on the same mini-batch
             for step in range(Q):
-                if step > 0:
-                    H = [p(x) for p, x in zip(parties, xb)]
-                # rows m*B..(m+1)*B: party m's view Φ̂_m^t = {Φ̂_{-m}^{t0}; h_m(θ_m^t)}
-                Zp = Zrest + torch.block_diag(*H)
-                # Σ_m F_B(Φ̂_m^t; C_0(θ_0^{t0})) + F_B(Φ̂^{t0}; θ_0): the blocks' parameters are
-                # disjoint, so one backward gives every ∇_m F_B of Algorithm 1 (each F_B a mean)
-                logits = torch.cat([server_hat(Zp), server(Zhat)], dim=0)
-                loss = nn.functional.cross_entropy(logits, yrep, reduction="sum") / bsz
-                loss.backward()
-                _sgd_step(all_params, eta)
+                if step == 0 and joint0:
+                    loss = nn.functional.cross_entropy(server(Hc), yb, reduction="sum") / bsz
+                else:
+                    if step > 0:
+                        H = [p(x) for p, x in zip(parties, xb)]
+                        Hc = torch.cat(H, dim=1)
+                    # rows m*B..(m+1)*B: party m's view Φ̂_m^t = {Φ̂_{-m}^{t0}; h_m(θ_m^t)}
+                    # (the others' stale compressed blocks, its own fresh block: a selection)
+                    Zp = torch.where(own_block, Hc.unsqueeze(0), Zhat3).reshape(M * bsz, -1)
+                    # Σ_m F_B(Φ̂_m^t; C_0(θ_0^{t0})) + F_B(Φ̂^{t0}; θ_0): the blocks' parameters
+                    # are disjoint, so one backward gives every ∇_m F_B of Algorithm 1 (each a mean)
+                    logits = torch.cat([server_hat(Zp), server(Zhat)], dim=0)
+                    loss = nn.functional.cross_entropy(logits, yrep, reduction="sum") / bsz
+                grads = torch.autograd.grad(loss, all_params, allow_unused=True)
+                _sgd_step(all_params, grads, eta)
             r += 1
-            log["bits"].append(rb.total)
+            log["bits"].append(rb_total)
             log["embedding_error"].append(e_emb)
             log["server_model_error"].append(e_srv)
             log["lr"].append(eta)
