@@ -1,0 +1,155 @@
+"""C9 measured constants and the C4.2 bound on a real run (cvfl_sim.bound_check)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from cvfl_sim import train
+from cvfl_sim.algorithm import CVFLConfig
+from cvfl_sim.bound_check import bound_vs_observed, estimate_constants
+from cvfl_sim.data import load_dataset
+from cvfl_theory.compressors import ScalarQuantizer
+
+torch.set_num_threads(1)
+
+FAST = {"batches": 1, "power_iters": 40}  # exact Frobenius norms (probes=0)
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return load_dataset("breast-cancer")
+
+
+def _cfg(comp=None, **kw):
+    base = dict(
+        Q=1,
+        lr=0.01,
+        epochs=2,
+        batch_size=64,
+        embedding_size=4,
+        compressor=comp,
+        track_grad_norm=True,
+        eval_every=1,
+    )
+    base.update(kw)
+    return CVFLConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def runs(ds):
+    out = {}
+    for name, comp in [("identity", None), ("scalar2", ScalarQuantizer(2, range="minmax-tensor"))]:
+        cfg = _cfg(comp)
+        run = train(ds, cfg)
+        out[name] = (cfg, run, estimate_constants(ds, cfg, run, **FAST))
+    return out
+
+
+def test_estimates_finite_positive(runs):
+    _, _, c = runs["identity"]
+    assert math.isfinite(c.L) and c.L > 0
+    for vals in (c.L_m, c.sigma2, c.H, c.H_emb, c.G):
+        assert len(vals) == 5  # server + 4 parties
+        assert all(math.isfinite(v) and v > 0 for v in vals)
+    assert c.G[0] == 1.0
+    assert c.points == 2
+    assert "estimates, not global constants" in str(c)
+
+
+def test_compression_term_zero_for_identity_positive_for_quantizer(runs):
+    _, run_id, c_id = runs["identity"]
+    _, run_q, c_q = runs["scalar2"]
+    chk_id = bound_vs_observed(run_id, c_id)
+    chk_q = bound_vs_observed(run_q, c_q)
+    assert chk_id.terms.compression == 0.0
+    assert chk_q.terms.compression > 0.0
+    for chk in (chk_id, chk_q):
+        assert chk.observed > 0
+        assert chk.ratio == pytest.approx(chk.terms.total / chk.observed)
+        assert chk.terms.optimization > 0 and chk.terms.variance > 0
+        assert "ratio bound/observed" in chk.column("quantity")
+    # "max" split over-estimates every sum_{j != m} E_j: never a smaller term 3
+    assert bound_vs_observed(run_q, c_q, split="max").terms.compression >= chk_q.terms.compression
+
+
+def test_refuses_run_without_grad_norms(ds, runs):
+    _, _, c = runs["identity"]
+    run = train(ds, _cfg(track_grad_norm=False, epochs=1))
+    with pytest.raises(ValueError, match="track_grad_norm=True"):
+        bound_vs_observed(run, c)
+
+
+def test_refuses_varying_step(ds, runs):
+    _, _, c = runs["identity"]
+    run = train(ds, _cfg(lr=lambda t: 0.01 / (1 + t), epochs=1))
+    with pytest.raises(ValueError, match="fixed step"):
+        bound_vs_observed(run, c)
+
+
+def test_power_iteration_matches_dense_hessian():
+    """Independent check: L by power iteration == max |eig| of the dense autograd Hessian."""
+    ds = load_dataset("breast-cancer", parties=2)
+    cfg = _cfg(parties_model="linear", embedding_size=1, dtype="float64", epochs=1)
+    run = train(ds, cfg)
+    c = estimate_constants(
+        ds, cfg, run, include_initial=False, batches=1, probes=2, power_iters=500, tol=1e-12
+    )
+    parties, server = run.models["parties"], run.models["server"]
+    mods = [server, *parties]
+    named = [(k, dict(m.named_parameters())) for k, m in enumerate(mods)]
+    shapes = [[(n, p.shape) for n, p in d.items()] for _, d in named]
+    flat0 = torch.cat([p.detach().reshape(-1) for _, d in named for p in d.values()])
+    X = [torch.as_tensor(p, dtype=torch.float64) for p in ds.train_parts]
+    y = torch.as_tensor(ds.y_train)
+
+    def loss(flat):
+        params, off = [], 0
+        for sh in shapes:
+            d = {}
+            for n, s in sh:
+                k = int(np.prod(s))
+                d[n] = flat[off : off + k].reshape(s)
+                off += k
+            params.append(d)
+        emb = [
+            torch.func.functional_call(p, params[i + 1], (x,))
+            for i, (p, x) in enumerate(zip(parties, X))
+        ]
+        logits = torch.func.functional_call(server, params[0], (torch.cat(emb, dim=1),))
+        return torch.nn.functional.cross_entropy(logits, y)
+
+    assert float(loss(flat0)) == pytest.approx(run.history[-1]["train_loss"], rel=1e-10)
+    Hd = torch.autograd.functional.hessian(loss, flat0)
+    lam = float(torch.linalg.eigvalsh(Hd).abs().max())
+    assert c.L == pytest.approx(lam, rel=1e-4)
+
+
+def test_refuses_mismatched_constants(ds, runs):
+    cfg, run, c = runs["identity"]
+    c2 = estimate_constants(ds, _cfg(batch_size=32), run, include_initial=False, **FAST)
+    with pytest.raises(ValueError, match="batch_size"):
+        bound_vs_observed(run, c2)
+    with pytest.raises(ValueError, match="split"):
+        bound_vs_observed(run, c, split="nope")
+
+
+def test_cli_bad_dataset_exit_code(capsys):
+    from cvfl_sim.cli import main
+
+    assert main(["bound", "--dataset", "no-such-data"]) == 2
+    assert "cvfl bound:" in capsys.readouterr().err
+
+
+def test_frobenius_exact_and_hutchinson_match_dense_jacobian():
+    from cvfl_sim.bound_check import _frob2
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    out = torch.tanh(x @ w)
+    J = torch.autograd.functional.jacobian(lambda a, b: torch.tanh(a @ b), (x, w))
+    ref = sum(float((j**2).sum()) for j in J)
+    assert _frob2([out], [x, w], 0, g) == pytest.approx(ref, rel=1e-12)
+    assert _frob2([out], [x, w], 4000, g) == pytest.approx(ref, rel=0.1)
