@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from ._run_args import add_run_arguments, config_from_args
+
 __all__ = ["register", "run"]
 
 
@@ -20,14 +22,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "recovered) beside the observed average ||grad F||^2 and the ratio bound/observed.",
     )
     p.add_argument("--dataset", default="breast-cancer", help="built-in data set")
-    p.add_argument("--Q", type=int, default=1, help="local steps per round (default 1)")
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--embedding-size", type=int, default=4)
-    p.add_argument("--compressor", choices=["none", "scalar", "lattice", "topk"], default="scalar")
-    p.add_argument("--bits", type=int, default=32, help="bits per component (32 = uncompressed)")
-    p.add_argument("--seed", type=int, default=0)
+    add_run_arguments(p, Q=1, lr=0.01, embedding_size=4, compressor="scalar")
     p.add_argument("--split", choices=["equal", "max"], default="equal")
     p.add_argument("--reading", choices=["literal", "chain"], default="literal")
     p.set_defaults(func=run)
@@ -36,25 +31,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Train, estimate, compare and print; returns an exit code (2 for bad arguments)."""
-    from ..algorithm import CVFLConfig, train
+    from ..algorithm import train
     from ..bound_check import bound_vs_observed, estimate_constants
     from ..data import load_dataset
-    from ..experiments import make_compressor
 
     try:
         ds = load_dataset(args.dataset)
-        comp = make_compressor(args.compressor if args.bits != 32 else "none", args.bits)
-        cfg = CVFLConfig(
-            Q=args.Q,
-            lr=args.lr,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            embedding_size=args.embedding_size,
-            compressor=comp,
-            seed=args.seed,
-            eval_every=1,
-            track_grad_norm=True,
-        )
+        cfg = config_from_args(args, eval_every=1, track_grad_norm=True)
         res = train(ds, cfg)
         consts = estimate_constants(ds, cfg, res, seed=args.seed)
         check = bound_vs_observed(res, consts, split=args.split, reading=args.reading)

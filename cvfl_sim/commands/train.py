@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from ._run_args import add_run_arguments, config_from_args
+
 __all__ = ["register", "run"]
 
 
@@ -21,15 +23,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "dataset",
         help="built-in data set (digits-quadrants, digits-views-4, digits-views-12, breast-cancer)",
     )
-    p.add_argument("--Q", type=int, default=10, help="local steps per round (default 10)")
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--embedding-size", type=int, default=16)
-    p.add_argument("--compressor", choices=["none", "scalar", "lattice", "topk"], default="none")
-    p.add_argument("--bits", type=int, default=32, help="bits per component (32 = uncompressed)")
+    add_run_arguments(p, Q=10, lr=0.05, embedding_size=16, compressor="none")
     p.add_argument("--error-feedback", action="store_true", help="EF-VFL error feedback (C9)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=None, help="rounds between evaluations")
     p.add_argument("--out", default=None, help="save the RunResult to this path (.json)")
     p.set_defaults(func=run)
@@ -38,24 +33,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Train and print; returns an exit code (2 for bad arguments)."""
-    from ..algorithm import CVFLConfig, train
+    from ..algorithm import train
     from ..data import load_dataset
-    from ..experiments import make_compressor
 
     try:
         ds = load_dataset(args.dataset)
-        comp = make_compressor(args.compressor if args.bits != 32 else "none", args.bits)
-        cfg = CVFLConfig(
-            Q=args.Q,
-            lr=args.lr,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            embedding_size=args.embedding_size,
-            compressor=comp,
-            error_feedback=args.error_feedback,
-            seed=args.seed,
-            eval_every=args.eval_every,
-        )
+        cfg = config_from_args(args, error_feedback=args.error_feedback, eval_every=args.eval_every)
         res = train(ds, cfg)
     except (ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
