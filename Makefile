@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 # torch is pinned to the CPU wheel first (a plain `torch` would pull a multi-GB CUDA build);
 # the project's own requirement range is then already satisfied.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py cvfl_theory/_kernels.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"

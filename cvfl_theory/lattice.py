@@ -30,11 +30,12 @@ from functools import cache, lru_cache
 
 import numpy as np
 
+from . import _kernels
+
 __all__ = [
     "SQRT3",
     "a2_nearest",
-    "nearest_scaled_inplace",
-    "voronoi_dither",
+    "nearest_scaled",
     "a2_point",
     "cell_area",
     "second_moment_per_pair",
@@ -72,102 +73,21 @@ def a2_nearest(x: np.ndarray, y: np.ndarray, a: float) -> tuple[np.ndarray, np.n
     """
     X = np.multiply(x, 1.0 / a, dtype=np.float64)
     Y = np.multiply(y, 1.0 / (a * SQRT3), dtype=np.float64)
-    return nearest_scaled_inplace(X, Y)
+    return nearest_scaled(X, Y)
 
 
-def nearest_scaled_inplace(X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    r"""Kernel of :func:`a2_nearest` on scaled coordinates :math:`X = x/a`, :math:`Y = y/(\sqrt3 a)`.
+def nearest_scaled(X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r""":func:`a2_nearest` on scaled coordinates :math:`X = x/a`, :math:`Y = y/(\sqrt3 a)`.
 
-    ``X`` and ``Y`` (float64) are overwritten. Branch-free: the two cosets' candidates are
-    blended with a 0/1 float (a data-dependent ``np.where`` is several times slower).
+    The compiled kernel the hexagonal quantizer runs (:mod:`cvfl_theory._kernels`): the nearest
+    point of each coset by rounding (half to even), the closer of the two kept (ties to the
+    rectangular coset). Returns float64 ``(i, j)`` of the shape of ``X``.
     """
-    X1 = X - 0.5
-    Y1 = Y - 0.5
-    m0 = np.rint(X)
-    n0 = np.rint(Y)
-    # d0 = (X - m0)^2 + 3 (Y - n0)^2, in X
-    X -= m0
-    X *= X
-    Y -= n0
-    Y *= Y
-    Y *= 3.0
-    X += Y
-    m1 = np.rint(X1, out=Y)
-    n1 = np.rint(Y1)
-    # d1 in X1
-    X1 -= m1
-    X1 *= X1
-    Y1 -= n1
-    Y1 *= Y1
-    Y1 *= 3.0
-    X1 += Y1
-    use1 = np.less(X1, X, out=np.empty(X.shape, bool)).view(np.uint8)
-    np.multiply(use1, 1.0, out=X1)
-    # coset 0: i = m0 - n0, j = 2 n0 ; coset 1: i = m1 - n1, j = 2 n1 + 1
-    m0 -= n0
-    m1 -= n1
-    m1 -= m0
-    m1 *= X1
-    m0 += m1
-    n0 += n0
-    n1 += n1
-    n1 += 1.0
-    n1 -= n0
-    n1 *= X1
-    n0 += n1
-    return m0, n0
-
-
-def voronoi_dither(alpha: np.ndarray, beta: np.ndarray, a: float) -> tuple[np.ndarray, np.ndarray]:
-    r"""Dither :math:`u = z - Q(z)` for :math:`z = \alpha b_1 + \beta b_2` in the rhombus (C5.2).
-
-    With :math:`\alpha, \beta` uniform on :math:`[0, 1)`, :math:`u` is uniform on the Voronoi
-    cell. The rhombus :math:`\{\alpha b_1 + \beta b_2\}` is two equilateral Delaunay triangles; the
-    upper one is mapped onto the lower by :math:`z \mapsto b_1 + b_2 - z` (which maps the lattice
-    to itself, so :math:`u \mapsto -u`), and in the lower triangle :math:`(0, b_1, b_2)` the
-    nearest lattice point is the vertex whose region contains :math:`z`: 0 if
-    :math:`2\alpha + \beta < 1` and :math:`\alpha + 2\beta < 1`, else :math:`b_1` if
-    :math:`\alpha > \beta`, else :math:`b_2`. ``alpha`` and ``beta`` (float64) are overwritten.
-
-    Returns
-    -------
-    ux, uy : numpy.ndarray
-        Cartesian coordinates of :math:`u`.
-    """
-    s = alpha + beta
-    flip = np.greater(s, 1.0, out=np.empty(s.shape, bool)).view(np.uint8)
-    f = np.multiply(flip, 1.0, out=s)  # 0/1
-    # reflect: alpha <- alpha + f (1 - 2 alpha)
-    d = 1.0 - 2.0 * alpha
-    d *= f
-    alpha += d
-    np.multiply(beta, -2.0, out=d)
-    d += 1.0
-    d *= f
-    beta += d
-    # sign = 1 - 2 f, stored in f
-    f *= -2.0
-    f += 1.0
-    # region tests
-    t = 2.0 * alpha
-    t += beta
-    out0 = np.greater_equal(t, 1.0)
-    np.multiply(beta, 2.0, out=t)
-    t += alpha
-    out0 |= np.greater_equal(t, 1.0)  # not the region of 0
-    g = np.greater(alpha, beta)
-    c1 = np.multiply((out0 & g).view(np.uint8), 1.0, out=t)
-    alpha -= c1
-    c2 = np.multiply((out0 & ~g).view(np.uint8), 1.0, out=d)
-    beta -= c2
-    alpha *= f
-    beta *= f
-    # cartesian: a (alpha + beta / 2, sqrt3 / 2 beta)
-    np.multiply(beta, 0.5, out=t)
-    alpha += t
-    alpha *= a
-    beta *= a * SQRT3 / 2.0
-    return alpha, beta
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    Y = np.ascontiguousarray(np.broadcast_to(Y, X.shape), dtype=np.float64)
+    i, j = np.empty(X.shape), np.empty(X.shape)
+    _kernels.a2_nearest(X, Y, X.size, i, j)
+    return i, j
 
 
 def a2_point(i: np.ndarray, j: np.ndarray, a: float) -> tuple[np.ndarray, np.ndarray]:

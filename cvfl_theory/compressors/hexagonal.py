@@ -2,59 +2,36 @@ r"""Dithered hexagonal (:math:`A_2`) lattice vector quantization (THEORY C5.2, C
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from .. import _kernels
 from ..bitpack import BitReader
-from ..lattice import SQRT3, A2BoxCodebook, _tables, nearest_scaled_inplace, voronoi_dither
-from ._common import DITHER_OFFSET, DitherStream, F32Ops, range_bits, row_blocks, super_blocks
+from ..lattice import SQRT3, A2BoxCodebook, _tables
+from ._common import range_bits, type_code
 from .base import shape2d
 from .quantizer import RangeQuantizer
 
 __all__ = ["HexLatticeQuantizer"]
 
 
-@dataclass(frozen=True)
-class _F32Tables:
-    """Constants of the float32 kernels for one codebook (see ``_f32_tables``)."""
-
-    lut: np.ndarray  # flat (rows * width) codeword index table, the payload's index dtype
-    width: int  # columns of the 2-D table (i - i0)
-    nrows: int  # rows of the 2-D table (j - j0)
-    i0: float
-    j0: float
-    px: np.ndarray  # float32 codeword coordinates (unit box centred at 0)
-    py: np.ndarray
-
-
 @lru_cache(maxsize=64)
-def _f32_tables(cb: A2BoxCodebook) -> _F32Tables:
+def _kernel_codebook(cb: A2BoxCodebook) -> tuple[Any, ...]:
+    """The codebook as the kernels take it: ``(a, lut, rows, width, i0, j0, px, py, size)``."""
     lut, (j0, i0), px, py = _tables(cb)
-    dt = np.uint8 if cb.index_bits <= 8 else np.uint16
-    return _F32Tables(
-        lut=lut.ravel().astype(dt),
-        width=int(lut.shape[1]),
-        nrows=int(lut.shape[0]),
-        i0=float(i0),
-        j0=float(j0),
-        px=px.astype(np.float32),
-        py=py.astype(np.float32),
+    return (
+        cb.a,
+        np.ascontiguousarray(lut, dtype=np.int32),
+        int(lut.shape[0]),
+        int(lut.shape[1]),
+        float(i0),
+        float(j0),
+        np.ascontiguousarray(px, dtype=np.float64),
+        np.ascontiguousarray(py, dtype=np.float64),
+        int(px.size),
     )
-
-
-def _uniform_groups(B: int, P: int) -> list[list[slice]]:
-    """:func:`super_blocks` split so that every group's row blocks have the same height."""
-    groups = []
-    for grp in super_blocks(B, P):
-        heights = [sl.stop - sl.start for sl in grp]
-        if len(set(heights)) > 1:
-            groups += [grp[:-1], grp[-1:]]
-        else:
-            groups.append(grp)
-    return groups
 
 
 class HexLatticeQuantizer(RangeQuantizer):
@@ -101,13 +78,16 @@ class HexLatticeQuantizer(RangeQuantizer):
     covariance is isotropic). Payload bits: :math:`B \lceil P/2 \rceil \lceil \log_2 N \rceil`
     plus the transmitted range. The dither seed is framing (shared randomness).
 
-    Precision: dithered float32 data (with a float32-representable range) uses a float32 kernel
-    in lattice coordinates (``_kernel_f32``): the same dither values as the float64 kernel used
-    for float16/float64 data and without dither; indices differ only for points within float32
-    rounding of a Voronoi-cell boundary (about 1e-5 of the pairs at ``bits = 8``, none at low
-    rates in practice) and the reconstruction by a few float32 ulps, far below what changes the
-    error law (the KS and second-moment tests run on both kernels). ``roundtrip`` is a fused
-    kernel (one dither draw instead of one per side), bit-identical to ``decompress(compress(x))``.
+    Kernel: one compiled pass per side in float64 arithmetic for every input dtype, rounded once
+    to the output dtype (:mod:`cvfl_theory._kernels`). Pair :math:`p` of the row-major
+    :math:`(B, \lceil P/2\rceil)` pair array takes the top 23 bits of the two 32-bit halves of
+    the SplitMix64 output :math:`w_p` as :math:`(\alpha, \beta)`, midpoints of a
+    :math:`2^{-23}` grid of the rhombus, and reduces :math:`z = \alpha b_1 + \beta b_2` to the
+    Voronoi cell exactly, in integer arithmetic: the dither is uniform on :math:`2^{46}` points of
+    the cell, whose second moment differs from the continuous one by a relative
+    :math:`O(2^{-46})`. The nearest point is the exact two-coset search of
+    :mod:`cvfl_theory.lattice`. ``roundtrip`` fuses the two sides and is bit-identical to
+    ``decompress(compress(x))``.
 
     At the low rates of the paper the codewords spent on the dither margin
     (:math:`R \oplus 2V_0` is much larger than :math:`R`) cost more than the lattice's
@@ -133,7 +113,6 @@ class HexLatticeQuantizer(RangeQuantizer):
 
     name = "hex"
     _max_bits = 8
-    _f32_max_bits = 8  # every rate: the float32 kernel works in lattice coordinates
 
     def _setup(self) -> None:
         self.codebook = A2BoxCodebook.for_bits(self.bits, self.dither)
@@ -187,16 +166,6 @@ class HexLatticeQuantizer(RangeQuantizer):
         return float(P * np.sum(areas) / 24.0)
 
     # ---- kernels -----------------------------------------------------------------------------
-    def _dither(
-        self, stream: DitherStream, rows: int, npairs: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Dither ``u = z - Q(z)``, uniform on the Voronoi cell (normalised units), C5.2."""
-        ab = stream.take((2, rows, npairs)).astype(np.float64)
-        ab -= DITHER_OFFSET
-        return voronoi_dither(ab[0], ab[1], self.codebook.a)
-
-    _unit_scale = 1.0  # the unit box
-
     @property
     def _index_bits(self) -> int:
         return self.index_bits
@@ -204,262 +173,30 @@ class HexLatticeQuantizer(RangeQuantizer):
     def _index_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
         return shape[0], (shape[1] + 1) // 2
 
-    @staticmethod
-    def _dither_f32(
-        ops: F32Ops,
-        stream: DitherStream,
-        nb: int,
-        rb: int,
-        npairs: int,
-        g: np.ndarray,
-        c: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        r"""Lattice coordinates :math:`(u_1, u_2)` of the dither :math:`u = z - Q(z)`.
-
-        float32, shape ``(nb, rb, npairs)`` (``nb`` row blocks of ``rb`` rows; the stream is drawn
-        as in the float64 kernel: ``(2, rb, npairs)`` per block); ``g`` and ``c`` are scratch
-        buffers of that shape. :math:`z = \alpha b_1 + \beta b_2` with :math:`\alpha, \beta`
-        the exact float32 uniforms ``f - DITHER_OFFSET``; :math:`Q(z)` is the corner of the
-        rhombus nearest to :math:`z` (:meth:`_nearest_f32` with :math:`n = 0`).
-        """
-        ab = stream.take((nb, 2, rb, npairs))
-        ops.sub(ab, np.float32(DITHER_OFFSET), out=ab)  # exact (Sterbenz)
-        al, be = ab[:, 0], ab[:, 1]
-        ops.sub(al, be, out=g)
-        ops.ceil(g)
-        ops.add(be, g, out=c)
-        ops.mul(c, np.float32(0.5), out=c)
-        ops.add(c, al, out=c)
-        ops.floor(c)  # c1
-        ops.sub(al, g, out=g)
-        ops.add(g, np.float32(1.0), out=g)
-        ops.mul(g, np.float32(0.5), out=g)
-        ops.add(g, be, out=g)
-        ops.floor(g)  # c2
-        ops.sub(al, c, out=al)
-        ops.sub(be, g, out=be)
-        return al, be
-
-    @staticmethod
-    def _nearest_f32(
-        ops: F32Ops, v1: np.ndarray, v2: np.ndarray, f1: np.ndarray, f2: np.ndarray, g: np.ndarray
-    ) -> None:
-        r"""Nearest :math:`A_2` point in lattice coordinates, in place: ``(v1, v2) <- Q(v)``.
-
-        With :math:`n = \lfloor v \rfloor`, :math:`f = v - n` the point lies in the rhombus
-        :math:`n + [0, 1)^2` (two equilateral triangles), whose nearest corner is
-        :math:`n + c(f)`: :math:`c_1 = \lfloor f_1 + (f_2 + g)/2 \rfloor`, :math:`c_2 =
-        \lfloor f_2 + (f_1 + 1 - g)/2 \rfloor` with :math:`g = \lceil f_1 - f_2 \rceil =
-        [f_1 > f_2]` (the corner 0 wins iff :math:`2f_1 + f_2 < 1` and :math:`f_1 + 2f_2 < 1`,
-        :math:`b_1 + b_2` iff both exceed 2, else :math:`b_1` iff :math:`f_1 > f_2`). So
-        :math:`Q_1 = \lfloor v_1 + (f_2 + g)/2 \rfloor`, :math:`Q_2 = \lfloor v_2 + (f_1 + 1 -
-        g)/2 \rfloor`. Exact up to float32 rounding of points within an ulp of a cell boundary.
-        ``f1``, ``f2``, ``g`` are scratch buffers.
-        """
-        half = np.float32(0.5)
-        ops.floor(v1, out=f1)
-        ops.sub(v1, f1, out=f1)
-        ops.floor(v2, out=f2)
-        ops.sub(v2, f2, out=f2)
-        ops.sub(f1, f2, out=g)
-        ops.ceil(g)
-        ops.add(f2, g, out=f2)
-        ops.mul(f2, half, out=f2)
-        ops.add(v1, f2, out=v1)
-        ops.floor(v1)
-        ops.sub(f1, g, out=f1)
-        ops.add(f1, np.float32(1.0), out=f1)
-        ops.mul(f1, half, out=f1)
-        ops.add(v2, f1, out=v2)
-        ops.floor(v2)
-
-    def _kernel_f32(
-        self,
-        lo: np.ndarray,
-        hi: np.ndarray,
-        stream: DitherStream,
-        shape: tuple[int, int],
-        a: np.ndarray | None = None,
-        idx: np.ndarray | None = None,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        r"""float32 kernel: compress, decompress or both fused.
-
-        ``a`` given: compute the indices (returned); ``out`` given: write the reconstruction of
-        ``idx`` (or of the indices just computed from ``a``: the fused roundtrip) into it.
-
-        Works in lattice coordinates: a centred unit-box pair :math:`(x, y)` has coordinates
-        :math:`w_2 = 2y/(\sqrt3 a)`, :math:`w_1 = x/a - w_2/2` in the basis :math:`b_1, b_2`;
-        the codeword is :math:`Q(w + u)` (:meth:`_nearest_f32`, computed shifted by the table
-        origin ``(i0, j0)``, an integer vector, so that it indexes the lookup table directly) and
-        the reconstruction is the codeword minus the dither, in Cartesian coordinates, as in the
-        float64 kernel. The dither values are the float64 kernel's (same stream, exactly the same
-        uniforms); the indices and the float32 output may differ from it only through float32
-        rounding (points within an ulp of a cell boundary; the last bits of the output).
-        """
-        tb = _f32_tables(self.codebook)
-        la = self.codebook.a
-        ops = F32Ops()
-        B, P = shape
-        npairs, half = (P + 1) // 2, P // 2
-        per_row = lo.shape[0] > 1
-        span = hi - lo
-        inv = np.divide(1.0, span, out=np.zeros_like(span), where=span > 0)
-        f32 = np.float32
-        lo32 = lo.astype(f32)
-        ke = (inv / la).astype(f32)
-        ko = (inv * (2.0 / (la * SQRT3))).astype(f32)
-        c_o = f32(-1.0 / (la * SQRT3) - tb.j0)  # w2 - j0 = t_o * ko + c_o
-        c_e = f32(-0.5 / la - 0.5 * tb.j0 - tb.i0)  # w1 - i0 = t_e * ke - (w2 - j0)/2 + c_e
-        pad = f32(-tb.j0)  # w2 - j0 of the padding component (the box centre: w2 = 0)
-        sp32 = span.astype(f32)
-        mid32 = (lo + 0.5 * span).astype(f32)
-        ax, ay = f32(la), f32(la * SQRT3 / 2.0)
-        if idx is None:
-            idx = np.empty((B, npairs), tb.lut.dtype)
-        groups = _uniform_groups(B, P)
-        rmax = max(grp[-1].stop - grp[0].start for grp in groups)
-        bufs = np.empty((6, rmax * npairs), f32)
-        flat = np.empty(rmax * npairs, np.intp)
-        for grp in groups:
-            nb, rb = len(grp), grp[0].stop - grp[0].start
-            r0, r1 = grp[0].start, grp[-1].stop
-            R = r1 - r0
-            rs = slice(r0, r1) if per_row else slice(0, 1)
-            X, Y, T1, T2, T3, T4 = (b[: R * npairs].reshape(R, npairs) for b in bufs)
-            X3, Y3, T13, T23, T33, T43 = (v.reshape(nb, rb, npairs) for v in (X, Y, T1, T2, T3, T4))
-            u1, u2 = self._dither_f32(ops, stream, nb, rb, npairs, T13, T23)
-            if a is not None:
-                blk = a[r0:r1]
-                np.copyto(X, blk[:, 0::2])
-                np.copyto(Y[:, :half], blk[:, 1::2])
-                ops.sub(Y[:, :half], lo32[rs], out=Y[:, :half])
-                ops.mul(Y[:, :half], ko[rs], out=Y[:, :half])
-                ops.add(Y[:, :half], c_o, out=Y[:, :half])
-                if half < npairs:
-                    Y[:, half:] = pad
-                ops.sub(X, lo32[rs], out=X)
-                ops.mul(X, ke[rs], out=X)
-                ops.mul(Y, f32(0.5), out=T1)
-                ops.sub(X, T1, out=X)
-                ops.add(X, c_e, out=X)
-                ops.add(X3, u1, out=X3)
-                ops.add(Y3, u2, out=Y3)
-                self._nearest_f32(ops, X3, Y3, T13, T23, T33)
-                ops.clamp(X, 0.0, float(tb.width - 1))
-                ops.clamp(Y, 0.0, float(tb.nrows - 1))
-                ops.mul(Y, f32(tb.width), out=Y)
-                ops.add(Y, X, out=Y)
-                fl = flat[: R * npairs].reshape(R, npairs)
-                ops.copy(fl, Y)
-                np.take(tb.lut, fl, out=idx[r0:r1], mode="clip")
-            if out is None:
-                continue
-            # reconstruction: codeword - u (Cartesian, centred unit box), then data units
-            k = idx[r0:r1]
-            np.take(tb.px, k, out=X)
-            np.take(tb.py, k, out=Y)
-            ops.mul(u2, f32(0.5), out=T43)
-            ops.add(u1, T43, out=u1)
-            ops.mul(u1, ax, out=u1)
-            ops.mul(u2, ay, out=u2)
-            ops.sub(X3, u1, out=X3)
-            ops.sub(Y3, u2, out=Y3)
-            ops.mul(X, sp32[rs], out=X)
-            ops.add(X, mid32[rs], out=X)
-            ops.mul(Y[:, :half], sp32[rs], out=Y[:, :half])
-            ops.add(Y[:, :half], mid32[rs], out=Y[:, :half])
-            ob = out[r0:r1]
-            np.copyto(ob[:, 0::2], X)
-            np.copyto(ob[:, 1::2], Y[:, :half])
-        return idx
-
-    def _quantize_f32(
+    def _quantize(
         self,
         a: np.ndarray,
-        lo: np.ndarray,
-        hi: np.ndarray,
-        stream: DitherStream,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        return self._kernel_f32(lo, hi, stream, a.shape, a=a, out=out)
-
-    def _dequantize_f32(
-        self, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, stream: DitherStream, out: np.ndarray
-    ) -> None:
-        self._kernel_f32(lo, hi, stream, out.shape, idx=idx, out=out)
-
-    def _compress_f64(
-        self,
-        a: np.ndarray,
+        rowmode: bool,
         lo: np.ndarray,
         hi: np.ndarray,
         seed: int | None,
-    ) -> np.ndarray:
-        span = hi - lo
-        inv = np.divide(1.0, span, out=np.zeros_like(span), where=span > 0)
+        idx: np.ndarray | None,
+        out: np.ndarray | None,
+    ) -> tuple[int, int]:
         B, P = a.shape
-        npairs = (P + 1) // 2
-        per_row = lo.shape[0] > 1
-        stream = None if seed is None else DitherStream(seed)
-        la = self.codebook.a
-        idx = np.empty((B, npairs), self._index_dtype)
-        for sl in row_blocks(B, P):
-            rows = sl.stop - sl.start
-            t = np.empty((rows, 2 * npairs))
-            t[:, :P] = a[sl]
-            t[:, :P] -= lo[sl] if per_row else lo
-            t[:, :P] *= inv[sl] if per_row else inv
-            t[:, P:] = 0.5  # padding component: the box centre
-            t -= 0.5  # unit box centred at the origin
-            X = t[:, 0::2]
-            Y = t[:, 1::2]
-            if stream is not None:
-                ux, uy = self._dither(stream, rows, npairs)
-                ux += X
-                uy += Y
-                X, Y = ux, uy
-            else:
-                X = X.copy()
-                Y = Y.copy()
-            X *= 1.0 / la
-            Y *= 1.0 / (la * SQRT3)
-            i, j = nearest_scaled_inplace(X, Y)
-            idx[sl] = self.codebook.index_of(i, j)
-        return idx
+        return _kernels.hex_quantize(
+            a, type_code(a), B, P, rowmode, lo, hi, _kernel_codebook(self.codebook),
+            seed is not None, seed or 0, idx, type_code(idx), out, type_code(out),
+        )  # fmt: skip
 
-    def _decompress_f64(
-        self,
-        idx: np.ndarray,
-        lo: np.ndarray,
-        hi: np.ndarray,
-        seed: int | None,
-        shape: tuple[int, int],
-        dtype: np.dtype | type,
-    ) -> np.ndarray:
-        B, P = shape
-        span = hi - lo
-        offset = lo + 0.5 * span
-        per_row = lo.shape[0] > 1
-        px, py = _tables(self.codebook)[2:]
-        npairs = idx.shape[1]
-        stream = None if seed is None else DitherStream(seed)
-        out = np.empty(shape, dtype)
-        for sl in row_blocks(B, P):
-            rows = sl.stop - sl.start
-            k = idx[sl].astype(np.intp)
-            t = np.empty((rows, 2 * npairs))
-            np.take(px, k, out=t[:, 0::2])
-            np.take(py, k, out=t[:, 1::2])
-            if stream is not None:
-                ux, uy = self._dither(stream, rows, npairs)
-                t[:, 0::2] -= ux
-                t[:, 1::2] -= uy
-            body = t[:, :P]
-            body *= span[sl] if per_row else span
-            body += offset[sl] if per_row else offset
-            out[sl] = body
-        return out
+    def _dequantize(
+        self, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, seed: int | None, out: np.ndarray
+    ) -> None:
+        B, P = out.shape
+        _kernels.hex_dequantize(
+            idx, type_code(idx), B, P, lo, hi, _kernel_codebook(self.codebook),
+            seed is not None, seed or 0, out, type_code(out),
+        )  # fmt: skip
 
     def _read_payload(self, r: BitReader, shape: tuple[int, int]) -> dict[str, np.ndarray]:
         data = super()._read_payload(r, shape)

@@ -4,8 +4,9 @@ r"""What the dithered range quantizers share (THEORY C5.1, C5.2, C5.5).
 :class:`~cvfl_theory.compressors.HexLatticeQuantizer`: the constructor arguments ``(bits, range,
 dither, out_of_range)``, the fixed or min-max range (sent in the payload in the min-max modes,
 C5.5) with the codeword indices after it, the per-row *cell parameter* their exact error laws are
-written in (the step :math:`\Delta_b`, the cell area :math:`V_b`), and the dispatch between the
-float32 kernels (dithered float32 data) and the float64 ones.
+written in (the step :math:`\Delta_b`, the cell area :math:`V_b`), and the calls of the compiled
+kernels (:mod:`cvfl_theory._kernels`): one fused pass per side, float64 arithmetic for every
+input dtype, the shared dither generated from the seed inside the kernel.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from .._rng import RNGLike
 from .._validate import check_int_in_range
 from ..bitpack import BitReader, BitWriter
 from ._common import (
-    DitherStream,
+    check_counts,
+    check_sent_range,
+    data_range,
+    kernel_dtype,
+    kernel_input,
     parse_range,
     read_range,
     received_range,
-    resolve_range,
+    sent_fields,
     write_range,
 )
 from .base import Compressor, _shape_or_x, draw_seed
@@ -35,17 +40,14 @@ __all__ = ["RangeQuantizer"]
 class RangeQuantizer(Compressor):
     """Base of the quantizers of a fixed or min-max range with optional subtractive dither.
 
-    Subclasses set :attr:`_max_bits` and :attr:`_f32_max_bits` and implement the hooks: the cell
-    parameter (``_fixed_cell``, ``_data_cells``), the index layout (``_index_bits``,
-    ``_index_shape``) and the kernels (``_quantize_f32``, ``_dequantize_f32``, ``_compress_f64``,
-    ``_decompress_f64``). The payload is the range fields of C5.5 followed by the codeword
-    indices, ``_index_bits`` bits each.
+    Subclasses set :attr:`_max_bits` and implement the hooks: the cell parameter (``_fixed_cell``,
+    ``_data_cells``), the index layout (``_index_bits``, ``_index_shape``) and the two kernel
+    calls (``_quantize``, ``_dequantize``). The payload is the range fields of C5.5 followed by
+    the codeword indices, ``_index_bits`` bits each.
     """
 
     _max_bits: ClassVar[int]
     """Largest accepted ``bits``."""
-    _f32_max_bits: ClassVar[int]
-    """Dithered float32 data uses the float32 kernels only for ``bits`` up to this."""
     _checks_finite = True
 
     def __init__(
@@ -92,7 +94,7 @@ class RangeQuantizer(Compressor):
         _, a = _shape_or_x(x)
         if a is None:
             raise TypeError(f"{what} needs the data x, not a shape")
-        lo, hi, _, _, _ = resolve_range(a, self.range, "clip")
+        lo, hi = data_range(a, self.range)
         return hi - lo
 
     def _row_cells(self, x_or_shape: Any, what: str) -> tuple[np.ndarray, int, np.ndarray | None]:
@@ -128,11 +130,6 @@ class RangeQuantizer(Compressor):
     # ---- kernels -----------------------------------------------------------------------------
     @property
     @abstractmethod
-    def _unit_scale(self) -> float:
-        """The quantizer's units per range width (``(a - lo) * _unit_scale / span``)."""
-
-    @property
-    @abstractmethod
     def _index_bits(self) -> int:
         """Payload bits per codeword index."""
 
@@ -145,93 +142,68 @@ class RangeQuantizer(Compressor):
         """The index array dtype: the smallest unsigned type holding ``_index_bits`` bits."""
         return np.uint8 if self._index_bits <= 8 else np.uint16
 
-    def _f32_compress_ok(self, a: np.ndarray, lo: np.ndarray, hi: np.ndarray, seed: Any) -> bool:
-        """Whether :meth:`_quantize_f32` applies: dithered float32 data whose range is float32."""
-        if seed is None or a.dtype != np.float32 or self.bits > self._f32_max_bits:
-            return False
-        span = hi - lo
-        with np.errstate(over="ignore"):
-            lo32, hi32 = lo.astype(np.float32), hi.astype(np.float32)
-            span32 = hi32 - lo32
-            inv = np.divide(self._unit_scale, span, out=np.zeros_like(span), where=span > 0)
-            inv32 = inv.astype(np.float32)
-        return bool(
-            np.all(lo32 == lo)
-            and np.all(hi32 == hi)
-            and np.isfinite(span32).all()
-            and np.isfinite(inv32).all()
-        )
-
-    def _f32_decompress_ok(self, seed: Any, dtype: Any) -> bool:
-        return (
-            seed is not None and np.dtype(dtype) == np.float32 and self.bits <= self._f32_max_bits
-        )
-
     @abstractmethod
-    def _quantize_f32(
+    def _quantize(
         self,
         a: np.ndarray,
-        lo: np.ndarray,
-        hi: np.ndarray,
-        stream: DitherStream,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """float32 kernel: the indices of ``a``; with ``out``, its reconstruction (fused)."""
-
-    @abstractmethod
-    def _dequantize_f32(
-        self, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, stream: DitherStream, out: np.ndarray
-    ) -> None:
-        """float32 kernel: write the reconstruction of ``idx`` into ``out`` (float32, (B, P))."""
-
-    @abstractmethod
-    def _compress_f64(
-        self, a: np.ndarray, lo: np.ndarray, hi: np.ndarray, seed: int | None
-    ) -> np.ndarray:
-        """float64 kernel: the indices of ``a`` (dithered from ``seed``, or deterministic)."""
-
-    @abstractmethod
-    def _decompress_f64(
-        self,
-        idx: np.ndarray,
+        rowmode: bool,
         lo: np.ndarray,
         hi: np.ndarray,
         seed: int | None,
-        shape: tuple[int, int],
-        dtype: np.dtype | type,
-    ) -> np.ndarray:
-        """float64 kernel: the reconstruction of ``idx`` (float64 arithmetic, stored in dtype)."""
+        idx: np.ndarray | None,
+        out: np.ndarray | None,
+    ) -> tuple[int, int]:
+        """Kernel call: the indices of ``a`` into ``idx`` and/or its reconstruction into ``out``.
+
+        ``a`` is C-contiguous float32/float64. ``rowmode``: the kernel computes each row's
+        min-max range (as :func:`~._common.row_ranges` does) and writes it into ``lo``/``hi``
+        (float64, ``B`` values); else ``lo``/``hi`` hold 1 or ``B`` given values and entries
+        outside are clipped. ``seed`` is the dither seed (``None``: no dither); ``out``
+        (float32/float64) receives exactly what :meth:`_dequantize` computes from ``idx`` (the
+        fused roundtrip). Returns the numbers of clipped and of non-finite entries.
+        """
+
+    @abstractmethod
+    def _dequantize(
+        self, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, seed: int | None, out: np.ndarray
+    ) -> None:
+        """Kernel call: write the reconstruction of ``idx`` into ``out`` (float32/float64)."""
+
+    def _run(
+        self, a: np.ndarray, seed: int | None, idx: np.ndarray | None, out: np.ndarray | None
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """Quantize ``a`` (one kernel pass); return the sent range fields and the clipped count."""
+        a = kernel_input(a)
+        rowmode = self.range == "minmax-row"
+        if rowmode:
+            lo, hi = np.empty(a.shape[0]), np.empty(a.shape[0])
+        else:
+            lo, hi = data_range(a, self.range)
+        n_clip, n_bad = self._quantize(a, rowmode, lo, hi, seed, idx, out)
+        check_counts(a, self.range, self.out_of_range, n_clip, n_bad)
+        if rowmode:
+            check_sent_range(a, lo, hi)
+        return sent_fields(self.range, lo, hi), n_clip
 
     def _compress_np(
-        self, a: np.ndarray, seed: int | None, check_finite: bool = False
+        self, a: np.ndarray, seed: int | None
     ) -> tuple[dict[str, np.ndarray], int | None, int]:
-        lo, hi, sent, a, n_clip = resolve_range(a, self.range, self.out_of_range, check_finite)
-        if seed is not None and self._f32_compress_ok(a, lo, hi, seed):
-            idx = self._quantize_f32(a, lo, hi, DitherStream(seed))
-        else:
-            idx = self._compress_f64(a, lo, hi, seed)
+        idx = np.empty(self._index_shape(a.shape), self._index_dtype)
+        sent, n_clip = self._run(a, seed, idx, None)
         return {**sent, "idx": idx}, seed, n_clip
 
     def _compress(
         self, a: np.ndarray, rng: RNGLike
     ) -> tuple[dict[str, np.ndarray], int | None, int]:
-        return self._compress_np(a, draw_seed(rng) if self.dither else None, check_finite=True)
+        return self._compress_np(a, draw_seed(rng) if self.dither else None)
 
     def _roundtrip(self, a: np.ndarray, rng: RNGLike, dtype: np.dtype) -> np.ndarray:
+        # Fused: the kernel reconstructs from the index it has just computed, with the range as
+        # the receiver gets it (float32 values), so the result is decompress(compress(a)).
         seed = draw_seed(rng) if self.dither else None
-        lo, hi, _, a, _ = resolve_range(a, self.range, self.out_of_range, check_finite=True)
-        if (
-            seed is not None
-            and self._f32_compress_ok(a, lo, hi, seed)
-            and self._f32_decompress_ok(seed, dtype)
-        ):
-            # Fused: one dither draw per block for both sides (the minmax range is rounded to
-            # float32 exactly as it is sent, so the receiver's lo/hi are these lo/hi).
-            out = np.empty(a.shape, np.float32)
-            self._quantize_f32(a, lo, hi, DitherStream(seed), out=out)
-            return out
-        data, seed, _ = self._compress_np(a, seed)
-        return self._decompress(data, seed, a.shape, dtype)
+        out = np.empty(a.shape, kernel_dtype(dtype))
+        self._run(a, seed, None, out)
+        return out
 
     def _decompress(
         self,
@@ -240,12 +212,11 @@ class RangeQuantizer(Compressor):
         shape: tuple[int, int],
         dtype: np.dtype | type = np.float64,
     ) -> np.ndarray:
-        lo, hi = received_range(self.range, data, shape[0])
-        if seed is not None and self._f32_decompress_ok(seed, dtype):
-            out = np.empty(shape, np.float32)
-            self._dequantize_f32(data["idx"], lo, hi, DitherStream(seed), out)
-            return out
-        return self._decompress_f64(data["idx"], lo, hi, seed, shape, dtype)
+        lo, hi = received_range(self.range, data)
+        out = np.empty(shape, kernel_dtype(dtype))
+        idx = np.ascontiguousarray(data["idx"], dtype=self._index_dtype)
+        self._dequantize(idx, lo, hi, seed, out)
+        return out
 
     def _write_payload(
         self, w: BitWriter, data: dict[str, np.ndarray], shape: tuple[int, int]

@@ -6,14 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from ._common import DITHER_OFFSET, DitherStream, F32Ops, range_bits, row_blocks, super_blocks
+from .. import _kernels
+from ._common import range_bits, type_code
 from .base import shape2d
 from .quantizer import RangeQuantizer
 
 __all__ = ["ScalarQuantizer"]
-
-_F32_MAX_BITS = 8
-"""float32 inputs with ``bits <= 8`` and dither use float32 kernels (see ``_quantize_f32``)."""
 
 
 class ScalarQuantizer(RangeQuantizer):
@@ -48,23 +46,21 @@ class ScalarQuantizer(RangeQuantizer):
     Notes
     -----
     Payload bits: :math:`q B P` plus 64 per row (``"minmax-row"``) or 64 (``"minmax-tensor"``).
-    The dither is drawn from a 64-bit seed carried in the header and counted as framing (shared
-    randomness; see :mod:`cvfl_theory.compressors.base`); its uniforms lie on a grid of
-    :math:`2^{23}` equally spaced midpoints of :math:`(0, 1)` (so the error is uniform on the
-    corresponding grid of :math:`[-\Delta/2, \Delta/2]`, second moment
-    :math:`\Delta^2(1 - 2^{-46})/12`; the difference is below float64 resolution of the sum). Without dither the error is deterministic and ``expected_error(x)`` returns the
-    exact error measured on ``x``. Clipped entries add their squared clipping distance to the
-    exact error (the dither noise has zero mean and is independent of it).
+    The dither is shared randomness: both sides generate it from a 64-bit seed carried in the
+    header and counted as framing (see :mod:`cvfl_theory.compressors.base`). Entry :math:`e` of
+    the row-major :math:`(B, P)` matrix uses :math:`U_e = (h_e + 1/2)\,2^{-32}` with :math:`h_e`
+    the 32-bit half :math:`e \bmod 2` of the SplitMix64 output :math:`w_{\lfloor e/2\rfloor}` (see
+    :mod:`cvfl_theory._kernels`), so the error is uniform on a grid of :math:`2^{32}` points of
+    :math:`[-\Delta/2, \Delta/2]`, second moment :math:`\Delta^2(1 - 2^{-64})/12` (the difference
+    is far below float64 resolution). Without dither the error is deterministic and
+    ``expected_error(x)`` returns the exact error measured on ``x``. Clipped entries add their
+    squared clipping distance to the exact error (the dither noise has zero mean and is
+    independent of it).
 
-    Precision: float16/float64 data, ``bits > 8`` and the deterministic quantizer use float64
-    kernels (the result is rounded to the input dtype once, at the end). Dithered float32 data
-    with ``bits <= 8`` (and a float32-representable range) uses float32 kernels: the same dither
-    values and formulas, rounded to float32 at each step. The index can then differ from the
-    float64 kernel's only for values within :math:`O(L\,2^{-24})\Delta` of a level boundary
-    (about 1e-5 of the entries at ``bits = 8``), and the reconstruction by a few float32 ulps --
-    the order of the rounding of the float32 output that both kernels incur, and far below what
-    changes the error law (KS/second-moment tests run on both kernels). ``roundtrip`` is a fused
-    kernel (one dither draw instead of one per side), bit-identical to ``decompress(compress(x))``.
+    Kernel: one compiled pass per side in float64 arithmetic for every input dtype, rounded once
+    to the output dtype: :math:`t = (x - h_{\min})/\Delta`, :math:`k = \min(\lfloor t + U\rfloor,
+    2^q - 1)`, reconstruction :math:`h_{\min} + (k + 1/2 - U)\Delta`. ``roundtrip`` fuses the two
+    sides and is bit-identical to ``decompress(compress(x))``.
 
     References
     ----------
@@ -83,7 +79,6 @@ class ScalarQuantizer(RangeQuantizer):
 
     name = "scalar"
     _max_bits = 16
-    _f32_max_bits = _F32_MAX_BITS
 
     @property
     def levels(self) -> int:
@@ -132,165 +127,33 @@ class ScalarQuantizer(RangeQuantizer):
 
     # ---- kernels -----------------------------------------------------------------------------
     @property
-    def _unit_scale(self) -> float:
-        return self.levels - 1  # t = (a - lo)/Delta in [0, L]
-
-    @property
     def _index_bits(self) -> int:
         return self.bits
 
     def _index_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
         return shape
 
-    def _f32_consts(
-        self, lo: np.ndarray, hi: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """float32 ``(lo, 1/Delta, Delta, lo + (DITHER_OFFSET + 1/2) Delta)`` per row."""
-        top = self.levels - 1
-        span = hi - lo
-        inv = np.divide(top, span, out=np.zeros_like(span), where=span > 0)
-        step = span / top
-        offset = lo + (DITHER_OFFSET + 0.5) * step
-        return (
-            lo.astype(np.float32),
-            inv.astype(np.float32),
-            step.astype(np.float32),
-            offset.astype(np.float32),
-        )
-
-    def _quantize_f32(
+    def _quantize(
         self,
         a: np.ndarray,
-        lo: np.ndarray,
-        hi: np.ndarray,
-        stream: DitherStream,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        r"""Dithered indices of float32 ``a`` in float32 arithmetic.
-
-        With ``out``, the reconstruction instead, exactly as :meth:`_dequantize_f32` computes it
-        (a fused roundtrip).
-
-        :math:`k = \min(\lfloor \tilde t + f \rfloor, L + 1) - 1` with :math:`\tilde t =
-        \mathrm{fl}(\mathrm{fl}(a - lo) / \Delta)` and the dither :math:`f \in [1, 2)`, i.e.
-        :math:`k = \lfloor \tilde t + U \rfloor` (``U = f - DITHER_OFFSET``) except when the
-        float32 sum :math:`\tilde t + f` rounds up onto an integer. Both deviations from the
-        float64 kernel (the rounding of :math:`\tilde t` and of the sum) are at most a few units
-        in the last place of :math:`\tilde t \le L`, i.e. :math:`O(L\,2^{-24})` in units of
-        :math:`\Delta` -- the same order as the unavoidable rounding of the float32 output, which
-        is why this path is used only for float32 data and ``bits <= 8`` (the level arithmetic
-        stays exact: :math:`\tilde t \ge 0` and the clamp keeps :math:`0 \le k \le L`). The
-        dither values are those of the float64 kernel, so the payload differs from it only in
-        the rare indices where the two roundings disagree.
-        """
-        lo32, inv32, step32, off32 = self._f32_consts(lo, hi)
-        cap = float(self.levels)  # L + 1
-        u8_clamp = self.levels + 1 <= 255  # floor(t) <= L + 2 fits in uint8: clamp after the cast
-        B, P = a.shape
-        per_row = lo.shape[0] > 1
-        ops = F32Ops()
-        idx = np.empty((B, P) if out is None else (0, 0), np.uint8)
-        for grp in super_blocks(B, P):
-            r0, r1 = grp[0].start, grp[-1].stop
-            rs = slice(r0, r1) if per_row else slice(0, 1)
-            f = stream.take_blocks(grp, P)
-            t = out[r0:r1] if out is not None else np.empty((r1 - r0, P), np.float32)
-            ops.sub(a[r0:r1], lo32[rs], out=t)
-            ops.mul(t, inv32[rs], out=t)
-            ops.add(t, f, out=t)  # in [1, L + 2]
-            if out is None:
-                if not u8_clamp:
-                    ops.clamp(t, None, cap)
-                ops.copy(idx[r0:r1], t)  # truncation = floor (t >= 1)
-            else:
-                ops.clamp(t, None, cap)
-                ops.floor(t)
-                ops.add(t, -1.0, out=t)  # float32(k): what _dequantize_f32 starts from
-                self._dequantize_block(ops, t, f, step32[rs], off32[rs])
-        if out is None:
-            idx -= np.uint8(1)
-            if u8_clamp:  # min(floor(t), L + 1) - 1 == min(floor(t) - 1, L), cheaper on uint8
-                np.minimum(idx, np.uint8(self.levels - 1), out=idx)
-        return idx
-
-    @staticmethod
-    def _dequantize_block(ops: F32Ops, k: Any, f: Any, step: Any, offset: Any) -> None:
-        """``k <- (k - f) * step + offset`` in place (float32)."""
-        ops.sub(k, f, out=k)
-        ops.mul(k, step, out=k)
-        ops.add(k, offset, out=k)
-
-    def _dequantize_f32(
-        self, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, stream: DitherStream, out: np.ndarray
-    ) -> None:
-        r"""float32 reconstruction into ``out`` (three float32 roundings instead of one).
-
-        :math:`\mathrm{fl}(\mathrm{fl}((k - f)\Delta) + lo + (\mathtt{DITHER\_OFFSET} +
-        1/2)\Delta)`; see :meth:`_quantize_f32`.
-        """
-        _, _, step32, off32 = self._f32_consts(lo, hi)
-        B, P = idx.shape
-        per_row = lo.shape[0] > 1
-        ops = F32Ops()
-        for grp in super_blocks(B, P):
-            r0, r1 = grp[0].start, grp[-1].stop
-            rs = slice(r0, r1) if per_row else slice(0, 1)
-            o = out[r0:r1]
-            ops.copy(o, idx[r0:r1])
-            f = stream.take_blocks(grp, P)
-            self._dequantize_block(ops, o, f, step32[rs], off32[rs])
-
-    def _compress_f64(
-        self, a: np.ndarray, lo: np.ndarray, hi: np.ndarray, seed: int | None
-    ) -> np.ndarray:
-        # t = (a - lo)/Delta in [0, L] (L = 2^q - 1), then k = floor(t + U - 1/2 + 1/2); with
-        # U = f - DITHER_OFFSET this is floor(t + f - DITHER_OFFSET). In float64 the argument lies
-        # in (0, L + 1): t <= L(1 + 3 eps) and f - DITHER_OFFSET <= 1 - 2^-24, so the floor
-        # (a truncating cast, since the argument is positive) is always a valid level.
-        top = self.levels - 1
-        span = hi - lo
-        inv = np.divide(top, span, out=np.zeros_like(span), where=span > 0)
-        B, P = a.shape
-        idx = np.empty((B, P), self._index_dtype)
-        stream = None if seed is None else DitherStream(seed)
-        per_row = lo.shape[0] > 1
-        blocks = row_blocks(B, P)
-        buf = np.empty((blocks[0].stop - blocks[0].start, P))
-        shift = -DITHER_OFFSET if stream is not None else 0.5
-        for sl in blocks:
-            t = buf[: sl.stop - sl.start]
-            np.subtract(a[sl], lo[sl] if per_row else lo, out=t)
-            t *= inv[sl] if per_row else inv
-            if stream is not None:
-                t += stream.take(t.shape)
-            t += shift
-            idx[sl] = t
-        return idx
-
-    def _decompress_f64(
-        self,
-        idx: np.ndarray,
+        rowmode: bool,
         lo: np.ndarray,
         hi: np.ndarray,
         seed: int | None,
-        shape: tuple[int, int],
-        dtype: np.dtype | type,
-    ) -> np.ndarray:
-        # x = lo + (k - (U - 1/2)) Delta = lo + (k - f + DITHER_OFFSET + 1/2) Delta
-        B, P = shape
-        step = (hi - lo) / (self.levels - 1)
-        offset = lo + (DITHER_OFFSET + 0.5) * step if seed is not None else lo
-        per_row = lo.shape[0] > 1
-        out = np.empty(shape, dtype)
-        stream = None if seed is None else DitherStream(seed)
-        blocks = row_blocks(B, P)
-        buf = np.empty((blocks[0].stop - blocks[0].start, P))
-        for sl in blocks:
-            t = buf[: sl.stop - sl.start]
-            t[...] = idx[sl]
-            if stream is not None:
-                t -= stream.take(t.shape)
-            t *= step[sl] if per_row else step
-            t += offset[sl] if per_row else offset
-            out[sl] = t
-        return out
+        idx: np.ndarray | None,
+        out: np.ndarray | None,
+    ) -> tuple[int, int]:
+        B, P = a.shape
+        return _kernels.scalar_quantize(
+            a, type_code(a), B, P, rowmode, lo, hi, self.levels - 1, seed is not None, seed or 0,
+            idx, type_code(idx), out, type_code(out),
+        )  # fmt: skip
+
+    def _dequantize(
+        self, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, seed: int | None, out: np.ndarray
+    ) -> None:
+        B, P = out.shape
+        _kernels.scalar_dequantize(
+            idx, type_code(idx), B, P, lo, hi, self.levels - 1, seed is not None, seed or 0, out,
+            type_code(out),
+        )  # fmt: skip

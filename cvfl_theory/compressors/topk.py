@@ -7,14 +7,19 @@ from typing import Any
 
 import numpy as np
 
+from .. import _kernels
 from .._rng import RNGLike
-from .._validate import check_int_in_range
+from .._validate import check_int_in_range, raise_not_finite
 from ..bitpack import BitReader, BitWriter, float_dtype
+from ._common import kernel_input, type_code
 from .base import Compressor, _shape_or_x, shape2d
 
 __all__ = ["TopK"]
 
-_INT_VIEW = {2: np.int16, 4: np.int32, 8: np.int64}
+
+def _index_dtype(P: int) -> type[np.unsignedinteger[Any]]:
+    """The smallest unsigned dtype holding a column index of a row of length ``P``."""
+    return np.uint8 if P <= 256 else (np.uint16 if P <= 65536 else np.uint32)
 
 
 def _log2_binomial_ceil(P: int, k: int) -> int:
@@ -65,6 +70,7 @@ class TopK(Compressor):
     """
 
     name = "topk"
+    _checks_finite = True  # the selection kernel flags rows holding NaN/inf
 
     def __init__(self, k: int | None = None, bits: int | None = None, r: int = 32) -> None:
         if (k is None) == (bits is None):
@@ -132,38 +138,22 @@ class TopK(Compressor):
     def _compress(
         self, a: np.ndarray, rng: RNGLike
     ) -> tuple[dict[str, np.ndarray], int | None, int]:
+        # Compiled selection (cvfl_theory._kernels): the k-th largest |a| of each row by a
+        # descent on the bits of |a| (IEEE bits of a non-negative float are monotone in it),
+        # ties broken towards the lower column; columns come out in increasing order.
+        a = kernel_input(a)
         B, P = a.shape
         k = self.k_for(P)
+        cols = np.empty((B, k), np.int32)
+        vals = np.empty((B, k), a.dtype)
+        if _kernels.topk_select(a, type_code(a), B, P, k, cols, vals):
+            raise_not_finite(a, "x")
         vdt = float_dtype(self.r).newbyteorder("=")
-        if k == P:
-            flat = np.arange(B * P, dtype=np.intp)
-        else:
-            # |a| as integers: the IEEE bit pattern of a non-negative float is monotone in it.
-            mag = np.abs(a).view(_INT_VIEW[a.dtype.itemsize])
-            thr = np.partition(mag, P - k, axis=1)[:, P - k : P - k + 1]
-            # Selected (mag >= thr: at least k per row, exactly k unless there are ties) columns
-            # in increasing order: sort the keys col + P [not selected] (a vectorised
-            # small-integer sort is ~2x faster than np.flatnonzero of the mask here).
-            kdt = np.int16 if 2 * P <= np.iinfo(np.int16).max else np.int64
-            keys = np.multiply(np.less(mag, thr), kdt(P), dtype=kdt)
-            keys += np.arange(P, dtype=kdt)
-            keys.sort(axis=1)
-            if np.any(keys[:, k] < P):  # ties: keep all > thr, then the first ties in column order
-                mask = mag >= thr
-                tied = np.flatnonzero(np.count_nonzero(mask, axis=1) > k)
-                m = mag[tied]
-                gt = m > thr[tied]
-                eq = m == thr[tied]
-                need = k - np.count_nonzero(gt, axis=1, keepdims=True)
-                mask[tied] = gt | (eq & (np.cumsum(eq, axis=1) <= need))
-                flat = np.flatnonzero(mask)
-            else:
-                flat = keys[:, :k].astype(np.intp)
-                flat += np.arange(0, B * P, P, dtype=np.intp)[:, None]
-        vals = np.take(a.ravel(), flat).reshape(B, k).astype(vdt)
-        cols = flat.reshape(B, k) - np.arange(0, B * P, P, dtype=np.intp)[:, None]
-        idx_dt = np.uint8 if P <= 256 else (np.uint16 if P <= 65536 else np.uint32)
-        return {"idx": cols.astype(idx_dt), "values": vals}, None, 0
+        return (
+            {"idx": cols.astype(_index_dtype(P)), "values": vals.astype(vdt, copy=False)},
+            None,
+            0,
+        )
 
     def _decompress(
         self,
@@ -173,11 +163,11 @@ class TopK(Compressor):
         dtype: np.dtype | type = np.float64,
     ) -> np.ndarray:
         B, P = shape
-        vals = data["values"]
-        out = np.zeros(shape, dtype=vals.dtype)
-        flat = data["idx"].astype(np.intp)
-        flat += np.arange(0, B * P, P, dtype=np.intp)[:, None]
-        out.ravel()[flat.ravel()] = vals.ravel()
+        k = self.k_for(P)
+        vals = kernel_input(data["values"])
+        out = np.empty(shape, vals.dtype)
+        cols = np.ascontiguousarray(data["idx"], dtype=np.int32)
+        _kernels.topk_scatter(cols, vals, type_code(vals), B, P, k, out)
         return out
 
     def _write_payload(
@@ -209,5 +199,4 @@ class TopK(Compressor):
             cols = r.read_uint(B * k, width).reshape(B, k)
             if np.any(cols >= P):
                 raise ValueError(f"corrupted top-k indices: an index is >= P={P}")
-        idx_dt = np.uint8 if P <= 256 else (np.uint16 if P <= 65536 else np.uint32)
-        return {"idx": cols.astype(idx_dt), "values": vals}
+        return {"idx": cols.astype(_index_dtype(P)), "values": vals}

@@ -1,0 +1,1119 @@
+/*
+ * cvfl_theory._kernels -- the compressors' elementwise kernels (THEORY C5.1, C5.2, C5.4).
+ *
+ * One implementation of each kernel, for float32 and float64 data, fused so that every entry is
+ * read and written once: the shared dither is generated on the fly from a counter (no stored
+ * stream), and all arithmetic is in float64 with one final rounding to the output dtype. The
+ * Python side (cvfl_theory.compressors) validates the arguments; these functions check only
+ * buffer sizes and contiguity (a mismatch raises ValueError/BufferError, never a crash).
+ *
+ * Shared dither (the definition both sides follow):
+ *   w_n = mix64(seed + (n + 1) * 0x9E3779B97F4A7C15), n = 0, 1, 2, ...   (the SplitMix64 stream)
+ *   mix64(z) = z ^ z>>30, * 0xBF58476D1CE4E5B9, ^ >>27, * 0x94D049BB133111EB, ^ >>31 (mod 2^64)
+ *   scalar quantizer, entry e = b P + c of the (B, P) matrix:  h_e = 32-bit half (e & 1) of
+ *       w_{e >> 1} (half 0 = low bits), U_e = (h_e + 1/2) 2^-32, uniform on 2^32 midpoints of (0,1)
+ *   hexagonal quantizer, pair p = b ceil(P/2) + i:  (alpha, beta) = (U(low half), U(high half))
+ *       of w_p.
+ *
+ * Floating-point determinism: only correctly rounded operations (+ - * /, conversions) are used,
+ * in a fixed order, and the module is compiled with -ffp-contract=off (no fused multiply-adds), so
+ * every clone (AVX2 or baseline x86-64) and every machine gives the same bits. Rounding to the
+ * nearest integer uses the 1.5 * 2^52 trick (exact round-half-even for |v| < 2^51); the floor of
+ * a non-negative value uses truncation.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define CVFL_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define CVFL_CLONES
+#endif
+
+#define GAMMA 0x9E3779B97F4A7C15ULL
+#define BLOCK 2048 /* entries per dither block (scratch on the stack) */
+
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* U for a 32-bit word: (w + 1/2) 2^-32, exact in float64 (via a signed conversion, which
+   vectorizes without a correction step: (w - 2^31) + 2^31 + 1/2). */
+static inline double unit32(uint32_t w) {
+    return ((double)(int32_t)(w ^ 0x80000000u) + 2147483648.5) * 0x1p-32;
+}
+
+/* rint(v) (round half to even) for |v| < 2^51, exact without -ffast-math. */
+static inline double round_even(double v) {
+    const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
+    return (v + magic) - magic;
+}
+
+/* The 32-bit dither words h_e for e = e0 .. e0 + n - 1 (n <= BLOCK) into out[0 .. n). */
+CVFL_CLONES
+static void dither_words(uint64_t seed, int64_t e0, int64_t n, uint32_t *out) {
+    int64_t first = e0 >> 1, last = (e0 + n - 1) >> 1;
+    uint64_t buf[BLOCK / 2 + 1];
+    for (int64_t j = first; j <= last; j++) buf[j - first] = mix64(seed + (uint64_t)(j + 1) * GAMMA);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(out, (const uint32_t *)buf + (e0 & 1), (size_t)n * sizeof(uint32_t)); /* low half first */
+#else
+    for (int64_t e = e0; e < e0 + n; e++) {
+        uint64_t w = buf[(e >> 1) - first];
+        out[e - e0] = (uint32_t)((e & 1) ? w >> 32 : w);
+    }
+#endif
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* buffer helpers                                                                              */
+
+enum { T_NONE = 0, T_F32 = 1, T_F64 = 2, T_U8 = 3, T_U16 = 4, T_I32 = 5 };
+
+static Py_ssize_t type_size(int t) {
+    switch (t) {
+    case T_F32: return 4;
+    case T_F64: return 8;
+    case T_U8: return 1;
+    case T_U16: return 2;
+    case T_I32: return 4;
+    default: return 0;
+    }
+}
+
+/* Get a C-contiguous buffer of exactly count items of type t (obj None -> buf NULL if allowed). */
+static int get_buffer(PyObject *obj, Py_buffer *view, int writable, int t, Py_ssize_t count,
+                      const char *name, int optional) {
+    view->obj = NULL;
+    view->buf = NULL;
+    if (obj == Py_None) {
+        if (optional) return 0;
+        PyErr_Format(PyExc_ValueError, "%s must be a buffer, got None", name);
+        return -1;
+    }
+    if (type_size(t) == 0) {
+        PyErr_Format(PyExc_ValueError, "%s: unknown element type code %d", name, t);
+        return -1;
+    }
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
+    if (view->len != count * type_size(t)) {
+        PyErr_Format(PyExc_ValueError, "%s has %zd bytes, expected %zd", name, view->len,
+                     count * type_size(t));
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        view->buf = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void release(Py_buffer *view) {
+    if (view->obj != NULL) PyBuffer_Release(view);
+}
+
+/* Per-row parameters: arrays of B float64 values, or one value broadcast to every row. */
+typedef struct {
+    const double *v;
+    Py_ssize_t stride; /* 1 (per row) or 0 (shared) */
+} rowparam;
+
+static int get_rowparam(PyObject *obj, Py_buffer *view, Py_ssize_t B, rowparam *p,
+                        const char *name) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    if (view->len == B * 8) {
+        p->stride = 1;
+    } else if (view->len == 8) {
+        p->stride = 0;
+    } else {
+        PyErr_Format(PyExc_ValueError, "%s must hold 1 or B = %zd float64 values", name, B);
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        return -1;
+    }
+    p->v = (const double *)view->buf;
+    return 0;
+}
+
+#define ROW(p, b) ((p).v[(b) * (p).stride])
+
+/* ------------------------------------------------------------------------------------------- */
+/* ranges (C5.5)                                                                               */
+/* A min-max range is sent as two float32 per row, rounded outwards so it contains the row.    */
+/* Floats are compared as "sortable" integers: s ^ ((s >> (n-1)) & MAX) (s the IEEE bits as a  */
+/* signed integer) is increasing in the value (-0 just below +0, NaN beyond the infinities)    */
+/* and its own inverse, and integer min/max vectorize. A row holding NaN or inf gets a         */
+/* non-finite range.                                                                            */
+
+static inline double f32_down(double v) { /* largest float32 <= v */
+    float f = (float)v;
+    return (double)f > v ? (double)nextafterf(f, -INFINITY) : (double)f;
+}
+
+static inline double f32_up(double v) { /* smallest float32 >= v */
+    float f = (float)v;
+    return (double)f < v ? (double)nextafterf(f, INFINITY) : (double)f;
+}
+
+#define DEFINE_ROW_RANGE(NAME, XT, ST, SMAX)                                                    \
+    static inline void NAME(const XT *x, Py_ssize_t P, double *lo, double *hi) {               \
+        const ST *r = (const ST *)x;                                                           \
+        ST mn = SMAX, mx = -SMAX - 1;                                                          \
+        for (Py_ssize_t c = 0; c < P; c++) {                                                   \
+            ST key = r[c] ^ ((r[c] >> (sizeof(ST) * 8 - 1)) & SMAX);                           \
+            mn = key < mn ? key : mn;                                                          \
+            mx = key > mx ? key : mx;                                                          \
+        }                                                                                      \
+        mn ^= (mn >> (sizeof(ST) * 8 - 1)) & SMAX;                                             \
+        mx ^= (mx >> (sizeof(ST) * 8 - 1)) & SMAX;                                             \
+        XT fmn, fmx;                                                                           \
+        memcpy(&fmn, &mn, sizeof(XT));                                                         \
+        memcpy(&fmx, &mx, sizeof(XT));                                                         \
+        *lo = f32_down((double)fmn);                                                           \
+        *hi = f32_up((double)fmx);                                                             \
+    }
+
+DEFINE_ROW_RANGE(row_range_f32, float, int32_t, INT32_MAX)
+DEFINE_ROW_RANGE(row_range_f64, double, int64_t, INT64_MAX)
+
+#define DEFINE_ROW_RANGES(NAME, XT, RANGE)                                                      \
+    CVFL_CLONES                                                                                \
+    static void NAME(const XT *x, Py_ssize_t B, Py_ssize_t P, double *lo, double *hi) {         \
+        for (Py_ssize_t b = 0; b < B; b++) RANGE(x + b * P, P, &lo[b], &hi[b]);                \
+    }
+
+DEFINE_ROW_RANGES(row_ranges_f32, float, row_range_f32)
+DEFINE_ROW_RANGES(row_ranges_f64, double, row_range_f64)
+
+/* row_ranges(x, xt, B, P, lo, hi): the sent min-max range of every row (float64 buffers). */
+static PyObject *py_row_ranges(PyObject *self, PyObject *args) {
+    PyObject *xo, *loo, *hio;
+    int xt;
+    Py_ssize_t B, P;
+    if (!PyArg_ParseTuple(args, "OinnOO", &xo, &xt, &B, &P, &loo, &hio)) return NULL;
+    if (xt != T_F32 && xt != T_F64) {
+        PyErr_SetString(PyExc_ValueError, "row_ranges: bad type code");
+        return NULL;
+    }
+    Py_buffer xv, lov, hiv;
+    xv.obj = lov.obj = hiv.obj = NULL;
+    PyObject *ret = NULL;
+    if (get_buffer(xo, &xv, 0, xt, B * P, "x", 0) < 0) goto done;
+    if (get_buffer(loo, &lov, 1, T_F64, B, "lo", 0) < 0) goto done;
+    if (get_buffer(hio, &hiv, 1, T_F64, B, "hi", 0) < 0) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    if (xt == T_F32) row_ranges_f32((const float *)xv.buf, B, P, (double *)lov.buf, (double *)hiv.buf);
+    else row_ranges_f64((const double *)xv.buf, B, P, (double *)lov.buf, (double *)hiv.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release(&xv); release(&lov); release(&hiv);
+    return ret;
+}
+
+/* The range of row b: computed from the row (rowmode: min-max, stored into lo.v/hi.v, which
+   are then per-row output buffers) or given (fixed / per tensor). */
+#define ROW_BOUNDS(RANGE, rowmode, lo, hi, b, xr, P, l, h)                                      \
+    do {                                                                                       \
+        if (rowmode) {                                                                         \
+            RANGE(xr, P, &(l), &(h));                                                          \
+            ((double *)(lo).v)[b] = (l);                                                       \
+            ((double *)(hi).v)[b] = (h);                                                       \
+        } else {                                                                               \
+            (l) = ROW(lo, b);                                                                  \
+            (h) = ROW(hi, b);                                                                  \
+        }                                                                                      \
+    } while (0)
+
+/* Clamp v into [l, h] (NaN -> l) and count what had to be clipped and what is not finite. */
+#define CLAMP_COUNT(v, l, h, clip, bad)                                                         \
+    do {                                                                                       \
+        (clip) += ((v) < (l)) | ((v) > (h));                                                   \
+        (bad) += !((v) - (v) == 0.0);                                                          \
+        (v) = (v) >= (l) ? (v) : (l);                                                          \
+        (v) = (v) <= (h) ? (v) : (h);                                                          \
+    } while (0)
+
+/* ------------------------------------------------------------------------------------------- */
+/* scalar quantizer (C5.1)                                                                     */
+/*   Delta = (h - l)/L; t = (x - l)/Delta in [0, L]; k = min(floor(t + U), L) with dither, else */
+/*   min(floor(t + 1/2), L); reconstruction l + (k + 1/2 - U) Delta (dither) or l + k Delta.    */
+
+static inline void scalar_consts(double l, double h, int32_t L, double *inv, double *step) {
+    double span = h - l;
+    *inv = span > 0.0 ? (double)L / span : 0.0;
+    *step = span / (double)L;
+}
+
+/* The quantize loop over the n entries of row b from column c0 (dither words from h32 + hoff);
+   HAS_IDX, HAS_Y, DITHER, CLAMP are constants, so every variant is a branch-free loop the
+   compiler vectorizes. CLAMP (given ranges): clamp into [l, h], count clipped and non-finite
+   entries; a row's own min-max range needs neither (a non-finite entry makes it non-finite,
+   which the caller checks, and t is then forced to 0). */
+#define SQ_LOOP(HAS_IDX, HAS_Y, DITHER, CLAMP)                                                  \
+    for (Py_ssize_t i = 0; i < n; i++) {                                                       \
+        double u = DITHER ? unit32(h32[hoff + i]) : 0.5; /* no dither: round to nearest */     \
+        double v = (double)xr[c0 + i];                                                         \
+        if (CLAMP) CLAMP_COUNT(v, l, h, clip, bad);                                            \
+        double t = (v - l) * s;                                                                \
+        t = t >= 0.0 ? t : 0.0;                                                                \
+        int32_t k = (int32_t)(t + u);                                                          \
+        k = k > L ? L : k;                                                                     \
+        if (HAS_IDX) idx[e0 + i] = (__typeof__(*idx))k;                                        \
+        if (HAS_Y)                                                                             \
+            y[e0 + i] = (__typeof__(*y))(DITHER ? l + (((double)k + 0.5) - u) * d              \
+                                                : l + (double)k * d);                          \
+    }
+
+#define SQ_VARIANTS(DITHER, CLAMP)                                                              \
+    do {                                                                                       \
+        if (idx && y) SQ_LOOP(1, 1, DITHER, CLAMP)                                             \
+        else if (idx) SQ_LOOP(1, 0, DITHER, CLAMP)                                             \
+        else SQ_LOOP(0, 1, DITHER, CLAMP)                                                      \
+    } while (0)
+
+/* Row groups of at most BLOCK entries (one dither call per group), or chunks of one long row. */
+#define FOR_CHUNKS(B, P, ...) /* the body is the variadic argument (it has commas) */         \
+    do {                                                                                       \
+        Py_ssize_t rows_ = (P) <= BLOCK ? BLOCK / (P) : 1;                                     \
+        for (Py_ssize_t b0 = 0; b0 < (B); b0 += rows_) {                                       \
+            Py_ssize_t b1 = b0 + rows_ < (B) ? b0 + rows_ : (B);                               \
+            Py_ssize_t g0 = b0 * (P), gn = (P) <= BLOCK ? (b1 - b0) * (P) : 0;                 \
+            if (dither && gn) dither_words(seed, g0, gn, h32);                                 \
+            for (Py_ssize_t b = b0; b < b1; b++) {                                             \
+                for (Py_ssize_t c0 = 0; c0 < (P); c0 += BLOCK) {                               \
+                    Py_ssize_t n = (P) - c0 < BLOCK ? (P) - c0 : BLOCK;                        \
+                    Py_ssize_t e0 = b * (P) + c0, hoff = gn ? e0 - g0 : 0;                     \
+                    if (dither && !gn) dither_words(seed, e0, n, h32);                         \
+                    __VA_ARGS__                                                                \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+
+#define DEFINE_SCALAR_Q(NAME, XT, IT, YT, RANGE)                                                \
+    CVFL_CLONES                                                                                \
+    static void NAME(const XT *x, Py_ssize_t B, Py_ssize_t P, int rowmode, rowparam lo,        \
+                     rowparam hi, int32_t L, int dither, uint64_t seed, IT *idx, YT *y,        \
+                     int64_t *nclip, int64_t *nbad) {                                          \
+        uint32_t h32[BLOCK];                                                                   \
+        int64_t clip = 0, bad = 0;                                                             \
+        Py_ssize_t cur = -1;                                                                   \
+        double l = 0, h = 0, s = 0, d = 0;                                                     \
+        FOR_CHUNKS(B, P, {                                                                     \
+            const XT *xr = x + b * P;                                                          \
+            if (b != cur) {                                                                    \
+                ROW_BOUNDS(RANGE, rowmode, lo, hi, b, xr, P, l, h);                            \
+                scalar_consts(l, h, L, &s, &d);                                                \
+                cur = b;                                                                       \
+            }                                                                                  \
+            if (dither && rowmode) SQ_VARIANTS(1, 0);                                          \
+            else if (dither) SQ_VARIANTS(1, 1);                                                \
+            else if (rowmode) SQ_VARIANTS(0, 0);                                               \
+            else SQ_VARIANTS(0, 1);                                                            \
+        });                                                                                    \
+        *nclip = clip;                                                                         \
+        *nbad = bad;                                                                           \
+    }
+
+DEFINE_SCALAR_Q(sq_f32_u8_f32, float, uint8_t, float, row_range_f32)
+DEFINE_SCALAR_Q(sq_f32_u8_f64, float, uint8_t, double, row_range_f32)
+DEFINE_SCALAR_Q(sq_f32_u16_f32, float, uint16_t, float, row_range_f32)
+DEFINE_SCALAR_Q(sq_f32_u16_f64, float, uint16_t, double, row_range_f32)
+DEFINE_SCALAR_Q(sq_f64_u8_f32, double, uint8_t, float, row_range_f64)
+DEFINE_SCALAR_Q(sq_f64_u8_f64, double, uint8_t, double, row_range_f64)
+DEFINE_SCALAR_Q(sq_f64_u16_f32, double, uint16_t, float, row_range_f64)
+DEFINE_SCALAR_Q(sq_f64_u16_f64, double, uint16_t, double, row_range_f64)
+
+#define DEFINE_SCALAR_DQ(NAME, IT, YT)                                                          \
+    CVFL_CLONES                                                                                \
+    static void NAME(const IT *idx, Py_ssize_t B, Py_ssize_t P, rowparam lo, rowparam hi,      \
+                     int32_t L, int dither, uint64_t seed, YT *y) {                            \
+        uint32_t h32[BLOCK];                                                                   \
+        FOR_CHUNKS(B, P, {                                                                     \
+            const double l = ROW(lo, b), h = ROW(hi, b);                                       \
+            double s, d;                                                                       \
+            scalar_consts(l, h, L, &s, &d);                                                    \
+            if (dither) {                                                                      \
+                for (Py_ssize_t i = 0; i < n; i++) {                                           \
+                    double u = unit32(h32[hoff + i]);                                          \
+                    y[e0 + i] = (YT)(l + (((double)idx[e0 + i] + 0.5) - u) * d);               \
+                }                                                                              \
+            } else {                                                                           \
+                for (Py_ssize_t i = 0; i < n; i++) y[e0 + i] = (YT)(l + (double)idx[e0 + i] * d); \
+            }                                                                                  \
+        });                                                                                    \
+    }
+
+DEFINE_SCALAR_DQ(sdq_u8_f32, uint8_t, float)
+DEFINE_SCALAR_DQ(sdq_u8_f64, uint8_t, double)
+DEFINE_SCALAR_DQ(sdq_u16_f32, uint16_t, float)
+DEFINE_SCALAR_DQ(sdq_u16_f64, uint16_t, double)
+
+/* The lo/hi arguments of the quantize calls: per-row outputs (rowmode) or 1 or B given values. */
+static int get_bounds(int rowmode, PyObject *loo, PyObject *hio, Py_ssize_t B, Py_buffer *lov,
+                      Py_buffer *hiv, rowparam *lo, rowparam *hi) {
+    if (rowmode) {
+        if (get_buffer(loo, lov, 1, T_F64, B, "lo", 0) < 0) return -1;
+        if (get_buffer(hio, hiv, 1, T_F64, B, "hi", 0) < 0) return -1;
+        lo->v = lov->buf;
+        hi->v = hiv->buf;
+        lo->stride = hi->stride = 1;
+        return 0;
+    }
+    if (get_rowparam(loo, lov, B, lo, "lo") < 0) return -1;
+    return get_rowparam(hio, hiv, B, hi, "hi");
+}
+
+/* scalar_quantize(x, xt, B, P, rowmode, lo, hi, L, dither, seed, idx, it, y, yt)
+   -> (clipped, non-finite) */
+static PyObject *py_scalar_quantize(PyObject *self, PyObject *args) {
+    PyObject *xo, *loo, *hio, *idxo, *yo;
+    int xt, it, yt, dither, rowmode;
+    Py_ssize_t B, P;
+    int L;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "OinnpOOipKOiOi", &xo, &xt, &B, &P, &rowmode, &loo, &hio, &L,
+                          &dither, &seed, &idxo, &it, &yo, &yt))
+        return NULL;
+    if (idxo == Py_None) it = L > 255 ? T_U16 : T_U8; /* dispatch only */
+    if (yo == Py_None) yt = T_F64;
+    if ((xt != T_F32 && xt != T_F64) || (it != T_U8 && it != T_U16) ||
+        (yt != T_F32 && yt != T_F64) || L < 1 || L > 65535 || (it == T_U8 && L > 255)) {
+        PyErr_SetString(PyExc_ValueError, "scalar_quantize: bad type code or level count");
+        return NULL;
+    }
+    Py_buffer xv, lov, hiv, idxv, yv;
+    rowparam lo, hi;
+    xv.obj = lov.obj = hiv.obj = idxv.obj = yv.obj = NULL;
+    PyObject *ret = NULL;
+    int64_t nclip = 0, nbad = 0;
+    if (get_buffer(xo, &xv, 0, xt, B * P, "x", 0) < 0) goto done;
+    if (get_bounds(rowmode, loo, hio, B, &lov, &hiv, &lo, &hi) < 0) goto done;
+    if (get_buffer(idxo, &idxv, 1, it, B * P, "idx", 1) < 0) goto done;
+    if (get_buffer(yo, &yv, 1, yt, B * P, "y", 1) < 0) goto done;
+    Py_BEGIN_ALLOW_THREADS
+#define SQ_CALL(F, XT, IT, YT)                                                                  \
+    F((const XT *)xv.buf, B, P, rowmode, lo, hi, L, dither, (uint64_t)seed, (IT *)idxv.buf,    \
+      (YT *)yv.buf, &nclip, &nbad)
+    if (xt == T_F32) {
+        if (it == T_U8) {
+            if (yt == T_F32) SQ_CALL(sq_f32_u8_f32, float, uint8_t, float);
+            else SQ_CALL(sq_f32_u8_f64, float, uint8_t, double);
+        } else {
+            if (yt == T_F32) SQ_CALL(sq_f32_u16_f32, float, uint16_t, float);
+            else SQ_CALL(sq_f32_u16_f64, float, uint16_t, double);
+        }
+    } else {
+        if (it == T_U8) {
+            if (yt == T_F32) SQ_CALL(sq_f64_u8_f32, double, uint8_t, float);
+            else SQ_CALL(sq_f64_u8_f64, double, uint8_t, double);
+        } else {
+            if (yt == T_F32) SQ_CALL(sq_f64_u16_f32, double, uint16_t, float);
+            else SQ_CALL(sq_f64_u16_f64, double, uint16_t, double);
+        }
+    }
+#undef SQ_CALL
+    Py_END_ALLOW_THREADS
+    ret = Py_BuildValue("(LL)", (long long)nclip, (long long)nbad);
+done:
+    release(&xv); release(&lov); release(&hiv); release(&idxv); release(&yv);
+    return ret;
+}
+
+/* scalar_dequantize(idx, it, B, P, lo, hi, L, dither, seed, y, yt) */
+static PyObject *py_scalar_dequantize(PyObject *self, PyObject *args) {
+    PyObject *idxo, *loo, *hio, *yo;
+    int it, yt, dither, L;
+    Py_ssize_t B, P;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "OinnOOipKOi", &idxo, &it, &B, &P, &loo, &hio, &L, &dither,
+                          &seed, &yo, &yt))
+        return NULL;
+    if ((it != T_U8 && it != T_U16) || (yt != T_F32 && yt != T_F64) || L < 1 || L > 65535) {
+        PyErr_SetString(PyExc_ValueError, "scalar_dequantize: bad type code or level count");
+        return NULL;
+    }
+    Py_buffer idxv, lov, hiv, yv;
+    rowparam lo, hi;
+    idxv.obj = lov.obj = hiv.obj = yv.obj = NULL;
+    PyObject *ret = NULL;
+    if (get_buffer(idxo, &idxv, 0, it, B * P, "idx", 0) < 0) goto done;
+    if (get_rowparam(loo, &lov, B, &lo, "lo") < 0) goto done;
+    if (get_rowparam(hio, &hiv, B, &hi, "hi") < 0) goto done;
+    if (get_buffer(yo, &yv, 1, yt, B * P, "y", 0) < 0) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t s = (uint64_t)seed;
+    if (it == T_U8) {
+        if (yt == T_F32) sdq_u8_f32((const uint8_t *)idxv.buf, B, P, lo, hi, L, dither, s, (float *)yv.buf);
+        else sdq_u8_f64((const uint8_t *)idxv.buf, B, P, lo, hi, L, dither, s, (double *)yv.buf);
+    } else {
+        if (yt == T_F32) sdq_u16_f32((const uint16_t *)idxv.buf, B, P, lo, hi, L, dither, s, (float *)yv.buf);
+        else sdq_u16_f64((const uint16_t *)idxv.buf, B, P, lo, hi, L, dither, s, (double *)yv.buf);
+    }
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release(&idxv); release(&lov); release(&hiv); release(&yv);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* hexagonal lattice A_2 (C5.2, C5.3)                                                          */
+/* Lattice of minimum distance a: i b1 + j b2, b1 = a (1, 0), b2 = a (1/2, sqrt3/2).           */
+
+#define SQRT3 1.7320508075688772
+
+/* Nearest lattice point (i, j) of the point (X a, Y sqrt3 a) (scaled coordinates), two cosets:
+   the rectangular lattice a(Z x sqrt3 Z) and its translate by b2; the closer candidate wins
+   (ties to the first coset). */
+static inline void a2_nearest_scaled(double X, double Y, double *i, double *j) {
+    double m0 = round_even(X), n0 = round_even(Y);
+    double X1 = X - 0.5, Y1 = Y - 0.5;
+    double m1 = round_even(X1), n1 = round_even(Y1);
+    double dx0 = X - m0, dy0 = Y - n0, dx1 = X1 - m1, dy1 = Y1 - n1;
+    double d0 = dx0 * dx0 + 3.0 * (dy0 * dy0);
+    double d1 = dx1 * dx1 + 3.0 * (dy1 * dy1);
+    int use1 = d1 < d0;
+    *i = use1 ? m1 - n1 : m0 - n0;
+    *j = use1 ? 2.0 * n1 + 1.0 : 2.0 * n0;
+}
+
+/* Dither of one pair from its word w: u = z - Q(z) with z = alpha b1 + beta b2 in the rhombus,
+   alpha = (2A + 1) 2^-24, beta = (2A' + 1) 2^-24 where A, A' are the top 23 bits of the low and
+   high 32-bit halves of w: uniform on 2^46 grid midpoints of the rhombus, so u is uniform on the
+   corresponding points of the Voronoi cell (second moment within 2^-46 of the continuous one).
+   The reduction is exact, in integers (units 2^-24): the upper triangle (alpha + beta > 1) is
+   reflected onto the lower one (u -> -u); in the lower triangle (0, b1, b2) the nearest vertex is
+   0 if 2 alpha + beta < 1 and alpha + 2 beta < 1 (never equal: both sides are odd), else b1 if
+   alpha > beta, else b2. Cartesian coordinates out (float64: one rounding each). */
+static inline void hex_dither(uint64_t w, double a, double *ux, double *uy) {
+    const int32_t one = 1 << 24;
+    int32_t al = (int32_t)(((uint32_t)w >> 9) * 2u + 1u);
+    int32_t be = (int32_t)(((uint32_t)(w >> 32) >> 9) * 2u + 1u);
+    int32_t flip = al + be > one;
+    al = flip ? one - al : al;
+    be = flip ? one - be : be;
+    int32_t out0 = (2 * al + be > one) | (al + 2 * be > one);
+    int32_t g = al > be;
+    al -= (out0 & g) ? one : 0;
+    be -= (out0 & !g) ? one : 0;
+    al = flip ? -al : al;
+    be = flip ? -be : be;
+    double A = (double)al * 0x1p-24, Bt = (double)be * 0x1p-24;
+    *ux = a * (A + 0.5 * Bt);
+    *uy = (a * (SQRT3 / 2.0)) * Bt;
+}
+
+typedef struct {
+    double a;             /* minimum distance, unit box */
+    const int32_t *lut;   /* (rows, width) codeword index table, origin (j0, i0) */
+    Py_ssize_t rows, width, size;
+    double i0, j0;
+    const double *px, *py; /* codeword coordinates (centred unit box), by index */
+} hexcode;
+
+#define HB 512 /* pairs per block (scratch on the stack) */
+
+/* Dither of the pairs g0 .. g0 + n - 1 (Cartesian, unit box) into ux, uy. */
+CVFL_CLONES
+static void hex_dither_block(uint64_t seed, int64_t g0, Py_ssize_t n, double a, double *ux,
+                             double *uy) {
+    for (Py_ssize_t p = 0; p < n; p++) {
+        hex_dither(mix64(seed + (uint64_t)(g0 + p + 1) * GAMMA), a, &ux[p], &uy[p]);
+    }
+}
+
+/* Codeword indices of the points (X + ux, Y + uy) of the centred unit box. */
+CVFL_CLONES
+static void hex_nearest_block(const double *X, const double *Y, const double *ux,
+                              const double *uy, Py_ssize_t n, const hexcode *hc, int32_t *k) {
+    const double ia = 1.0 / hc->a, isa = 1.0 / (SQRT3 * hc->a);
+    const double imax = (double)(hc->width - 1), jmax = (double)(hc->rows - 1);
+    const double i0 = hc->i0, j0 = hc->j0;
+    const double dwidth = (double)hc->width;
+    const int32_t *restrict lut = hc->lut;
+    for (Py_ssize_t p = 0; p < n; p++) {
+        double i, j;
+        a2_nearest_scaled((X[p] + ux[p]) * ia, (Y[p] + uy[p]) * isa, &i, &j);
+        double ii = i - i0, jj = j - j0;
+        ii = ii < 0.0 ? 0.0 : ii;
+        ii = ii > imax ? imax : ii;
+        jj = jj < 0.0 ? 0.0 : jj;
+        jj = jj > jmax ? jmax : jj;
+        k[p] = (int32_t)(jj * dwidth + ii); /* exact: small integers */
+    }
+    for (Py_ssize_t p = 0; p < n; p++) k[p] = lut[k[p]];
+}
+
+/* Reconstruct: y[2p] = (px[k] - ux) sp + md, y[2p + 1] likewise for p < half. */
+#define DEFINE_HEX_OUT(NAME, YT)                                                                \
+    CVFL_CLONES                                                                                \
+    static void NAME(const int32_t *k, const double *ux, const double *uy, Py_ssize_t n,       \
+                     Py_ssize_t half, const hexcode *hc, double sp, double md, YT *y) {         \
+        const double *px = hc->px, *py = hc->py;                                               \
+        Py_ssize_t m = n < half ? n : half;                                                    \
+        for (Py_ssize_t p = 0; p < m; p++) {                                                   \
+            y[2 * p] = (YT)((px[k[p]] - ux[p]) * sp + md);                                     \
+            y[2 * p + 1] = (YT)((py[k[p]] - uy[p]) * sp + md);                                 \
+        }                                                                                      \
+        if (m < n) y[2 * m] = (YT)((px[k[m]] - ux[m]) * sp + md);                              \
+    }
+
+DEFINE_HEX_OUT(hex_out_f32, float)
+DEFINE_HEX_OUT(hex_out_f64, double)
+
+/* Centred unit-box coordinates of the pairs p0 .. p0 + n - 1 of a row (padding: the centre);
+   entries are clamped into [l, h] and counted as in CLAMP_COUNT. */
+#define DEFINE_HEX_IN(NAME, XT)                                                                 \
+    CVFL_CLONES                                                                                \
+    static void NAME(const XT *xr, Py_ssize_t n, Py_ssize_t half, double l, double h,          \
+                     double s, double *X, double *Y, int64_t *nclip, int64_t *nbad) {          \
+        int64_t clip = 0, bad = 0;                                                             \
+        Py_ssize_t m = n < half ? n : half;                                                    \
+        for (Py_ssize_t p = 0; p < m; p++) {                                                   \
+            double v0 = (double)xr[2 * p], v1 = (double)xr[2 * p + 1];                         \
+            CLAMP_COUNT(v0, l, h, clip, bad);                                                  \
+            CLAMP_COUNT(v1, l, h, clip, bad);                                                  \
+            double X0 = (v0 - l) * s - 0.5, Y0 = (v1 - l) * s - 0.5;                           \
+            X[p] = X0 >= -0.5 ? X0 : -0.5; /* NaN -> a box corner (the call raises) */        \
+            Y[p] = Y0 >= -0.5 ? Y0 : -0.5;                                                     \
+        }                                                                                      \
+        if (m < n) {                                                                           \
+            double v0 = (double)xr[2 * m];                                                     \
+            CLAMP_COUNT(v0, l, h, clip, bad);                                                  \
+            double X0 = (v0 - l) * s - 0.5;                                                    \
+            X[m] = X0 >= -0.5 ? X0 : -0.5;                                                     \
+            Y[m] = 0.0;                                                                        \
+        }                                                                                      \
+        *nclip += clip;                                                                        \
+        *nbad += bad;                                                                          \
+    }
+
+DEFINE_HEX_IN(hex_in_f32, float)
+DEFINE_HEX_IN(hex_in_f64, double)
+
+/* Row constants of the hexagonal quantizer: 1/span (0 for an empty range), span, centre. */
+static inline void hex_consts(double l, double h, double *inv, double *span, double *mid) {
+    *span = h - l;
+    *inv = *span > 0.0 ? 1.0 / *span : 0.0;
+    *mid = l + 0.5 * *span;
+}
+
+/* Load indices (from the wire) into k, clamped into the codebook; count the bad ones. */
+#define DEFINE_HEX_LOAD(NAME, IT)                                                               \
+    CVFL_CLONES                                                                                \
+    static int64_t NAME(const IT *idx, Py_ssize_t n, int32_t size, int32_t *k) {               \
+        int64_t bad = 0;                                                                       \
+        for (Py_ssize_t p = 0; p < n; p++) {                                                   \
+            int32_t v = (int32_t)idx[p];                                                       \
+            bad += v >= size;                                                                  \
+            k[p] = v < size ? v : size - 1;                                                    \
+        }                                                                                      \
+        return bad;                                                                            \
+    }
+
+DEFINE_HEX_LOAD(hex_load_u8, uint8_t)
+DEFINE_HEX_LOAD(hex_load_u16, uint16_t)
+
+/* The whole hexagonal quantizer: per row, blocks of HB pairs, each phase a simple loop. With
+   x == NULL the indices idx are read (decompress; counts[1] = indices outside the codebook);
+   else they are computed (and stored if idx; counts = clipped, non-finite entries). With y the
+   reconstruction is written. xt/yt: T_F32 or T_F64; it: T_U8 or T_U16. */
+static void hex_run(const void *x, int xt, Py_ssize_t B, Py_ssize_t P, int rowmode,
+                    rowparam lo, rowparam hi, const hexcode *hc, int dither, uint64_t seed,
+                    void *idx, int it, void *y, int yt, int64_t *counts) {
+    const Py_ssize_t npairs = (P + 1) / 2;
+    double X[HB], Y[HB], ux[HB], uy[HB];
+    int32_t k[HB];
+    counts[0] = counts[1] = 0;
+    for (Py_ssize_t b = 0; b < B; b++) {
+        double l, h, s, sp, md;
+        if (x != NULL && xt == T_F32)
+            ROW_BOUNDS(row_range_f32, rowmode, lo, hi, b, (const float *)x + b * P, P, l, h);
+        else if (x != NULL)
+            ROW_BOUNDS(row_range_f64, rowmode, lo, hi, b, (const double *)x + b * P, P, l, h);
+        else
+            l = ROW(lo, b), h = ROW(hi, b);
+        hex_consts(l, h, &s, &sp, &md);
+        for (Py_ssize_t p0 = 0; p0 < npairs; p0 += HB) {
+            Py_ssize_t n = npairs - p0 < HB ? npairs - p0 : HB;
+            Py_ssize_t half = P / 2 - p0; /* full pairs from p0 on */
+            Py_ssize_t g0 = b * npairs + p0;
+            if (dither) {
+                hex_dither_block(seed, g0, n, hc->a, ux, uy);
+            } else {
+                memset(ux, 0, (size_t)n * sizeof(double));
+                memset(uy, 0, (size_t)n * sizeof(double));
+            }
+            if (x != NULL) {
+                if (xt == T_F32)
+                    hex_in_f32((const float *)x + b * P + 2 * p0, n, half, l, h, s, X, Y,
+                               &counts[0], &counts[1]);
+                else
+                    hex_in_f64((const double *)x + b * P + 2 * p0, n, half, l, h, s, X, Y,
+                               &counts[0], &counts[1]);
+                hex_nearest_block(X, Y, ux, uy, n, hc, k);
+                if (idx != NULL) {
+                    if (it == T_U8)
+                        for (Py_ssize_t p = 0; p < n; p++) ((uint8_t *)idx)[g0 + p] = (uint8_t)k[p];
+                    else
+                        for (Py_ssize_t p = 0; p < n; p++) ((uint16_t *)idx)[g0 + p] = (uint16_t)k[p];
+                }
+            } else if (it == T_U8) {
+                counts[1] += hex_load_u8((const uint8_t *)idx + g0, n, (int32_t)hc->size, k);
+            } else {
+                counts[1] += hex_load_u16((const uint16_t *)idx + g0, n, (int32_t)hc->size, k);
+            }
+            if (y != NULL) {
+                if (yt == T_F32) hex_out_f32(k, ux, uy, n, half, hc, sp, md, (float *)y + b * P + 2 * p0);
+                else hex_out_f64(k, ux, uy, n, half, hc, sp, md, (double *)y + b * P + 2 * p0);
+            }
+        }
+    }
+}
+
+/* Parse the codebook tuple (a, lut int32 (rows, width), rows, width, i0, j0, px, py, size). */
+static int get_hexcode(PyObject *cb, hexcode *hc, Py_buffer *lutv, Py_buffer *pxv,
+                       Py_buffer *pyv) {
+    PyObject *luto, *pxo, *pyo;
+    lutv->obj = pxv->obj = pyv->obj = NULL;
+    if (!PyArg_ParseTuple(cb, "dOnnddOOn", &hc->a, &luto, &hc->rows, &hc->width, &hc->i0,
+                          &hc->j0, &pxo, &pyo, &hc->size))
+        return -1;
+    if (hc->rows < 1 || hc->width < 1 || hc->size < 1 || hc->size > 65536 || !(hc->a > 0.0)) {
+        PyErr_SetString(PyExc_ValueError, "codebook: empty or oversized table, or scale <= 0");
+        return -1;
+    }
+    if (get_buffer(luto, lutv, 0, T_I32, hc->rows * hc->width, "lut", 0) < 0) return -1;
+    if (get_buffer(pxo, pxv, 0, T_F64, hc->size, "px", 0) < 0) return -1;
+    if (get_buffer(pyo, pyv, 0, T_F64, hc->size, "py", 0) < 0) return -1;
+    hc->lut = (const int32_t *)lutv->buf;
+    for (Py_ssize_t q = 0; q < hc->rows * hc->width; q++) {
+        if (hc->lut[q] < 0 || hc->lut[q] >= hc->size) {
+            PyErr_SetString(PyExc_ValueError, "codebook: lookup table entry out of range");
+            return -1;
+        }
+    }
+    hc->px = (const double *)pxv->buf;
+    hc->py = (const double *)pyv->buf;
+    return 0;
+}
+
+/* hex_quantize(x, xt, B, P, rowmode, lo, hi, codebook, dither, seed, idx, it, y, yt)
+   -> (clipped, non-finite) */
+static PyObject *py_hex_quantize(PyObject *self, PyObject *args) {
+    PyObject *xo, *loo, *hio, *cbo, *idxo, *yo;
+    int xt, it, yt, dither, rowmode;
+    Py_ssize_t B, P;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "OinnpOOO!pKOiOi", &xo, &xt, &B, &P, &rowmode, &loo, &hio,
+                          &PyTuple_Type, &cbo, &dither, &seed, &idxo, &it, &yo, &yt))
+        return NULL;
+    if (idxo == Py_None) it = T_U16; /* dispatch only */
+    if (yo == Py_None) yt = T_F64;
+    if ((xt != T_F32 && xt != T_F64) || (it != T_U8 && it != T_U16) ||
+        (yt != T_F32 && yt != T_F64)) {
+        PyErr_SetString(PyExc_ValueError, "hex_quantize: bad type code");
+        return NULL;
+    }
+    Py_ssize_t npairs = (P + 1) / 2;
+    Py_buffer xv, lov, hiv, idxv, yv, lutv, pxv, pyv;
+    rowparam lo, hi;
+    hexcode hc;
+    xv.obj = lov.obj = hiv.obj = idxv.obj = yv.obj = lutv.obj = pxv.obj = pyv.obj = NULL;
+    PyObject *ret = NULL;
+    int64_t counts[2];
+    if (get_hexcode(cbo, &hc, &lutv, &pxv, &pyv) < 0) goto done;
+    if (idxo != Py_None && it == T_U8 && hc.size > 256) {
+        PyErr_SetString(PyExc_ValueError, "hex_quantize: codebook too large for uint8 indices");
+        goto done;
+    }
+    if (get_buffer(xo, &xv, 0, xt, B * P, "x", 0) < 0) goto done;
+    if (get_bounds(rowmode, loo, hio, B, &lov, &hiv, &lo, &hi) < 0) goto done;
+    if (get_buffer(idxo, &idxv, 1, it, B * npairs, "idx", 1) < 0) goto done;
+    if (get_buffer(yo, &yv, 1, yt, B * P, "y", 1) < 0) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    hex_run(xv.buf, xt, B, P, rowmode, lo, hi, &hc, dither, (uint64_t)seed, idxv.buf, it, yv.buf,
+            yt, counts);
+    Py_END_ALLOW_THREADS
+    ret = Py_BuildValue("(LL)", (long long)counts[0], (long long)counts[1]);
+done:
+    release(&xv); release(&lov); release(&hiv); release(&idxv); release(&yv);
+    release(&lutv); release(&pxv); release(&pyv);
+    return ret;
+}
+
+/* hex_dequantize(idx, it, B, P, lo, hi, codebook, dither, seed, y, yt) */
+static PyObject *py_hex_dequantize(PyObject *self, PyObject *args) {
+    PyObject *idxo, *loo, *hio, *cbo, *yo;
+    int it, yt, dither;
+    Py_ssize_t B, P;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "OinnOOO!pKOi", &idxo, &it, &B, &P, &loo, &hio, &PyTuple_Type,
+                          &cbo, &dither, &seed, &yo, &yt))
+        return NULL;
+    if ((it != T_U8 && it != T_U16) || (yt != T_F32 && yt != T_F64)) {
+        PyErr_SetString(PyExc_ValueError, "hex_dequantize: bad type code");
+        return NULL;
+    }
+    Py_ssize_t npairs = (P + 1) / 2;
+    Py_buffer idxv, lov, hiv, yv, lutv, pxv, pyv;
+    rowparam lo, hi;
+    hexcode hc;
+    idxv.obj = lov.obj = hiv.obj = yv.obj = lutv.obj = pxv.obj = pyv.obj = NULL;
+    PyObject *ret = NULL;
+    int64_t counts[2];
+    if (get_hexcode(cbo, &hc, &lutv, &pxv, &pyv) < 0) goto done;
+    if (get_buffer(idxo, &idxv, 0, it, B * npairs, "idx", 0) < 0) goto done;
+    if (get_rowparam(loo, &lov, B, &lo, "lo") < 0) goto done;
+    if (get_rowparam(hio, &hiv, B, &hi, "hi") < 0) goto done;
+    if (get_buffer(yo, &yv, 1, yt, B * P, "y", 0) < 0) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    hex_run(NULL, T_F32, B, P, 0, lo, hi, &hc, dither, (uint64_t)seed, idxv.buf, it, yv.buf, yt,
+            counts);
+    Py_END_ALLOW_THREADS
+    if (counts[1] > 0) {
+        PyErr_Format(PyExc_ValueError, "%lld codeword indices >= codebook size %zd",
+                     (long long)counts[1], hc.size);
+        goto done;
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release(&idxv); release(&lov); release(&hiv); release(&yv);
+    release(&lutv); release(&pxv); release(&pyv);
+    return ret;
+}
+
+/* a2_nearest(X, Y, n, i, j): nearest points of scaled coordinates (float64 in, float64 out). */
+static PyObject *py_a2_nearest(PyObject *self, PyObject *args) {
+    PyObject *Xo, *Yo, *io, *jo;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOnOO", &Xo, &Yo, &n, &io, &jo)) return NULL;
+    Py_buffer Xv, Yv, iv, jv;
+    Xv.obj = Yv.obj = iv.obj = jv.obj = NULL;
+    PyObject *ret = NULL;
+    if (get_buffer(Xo, &Xv, 0, T_F64, n, "X", 0) < 0) goto done;
+    if (get_buffer(Yo, &Yv, 0, T_F64, n, "Y", 0) < 0) goto done;
+    if (get_buffer(io, &iv, 1, T_F64, n, "i", 0) < 0) goto done;
+    if (get_buffer(jo, &jv, 1, T_F64, n, "j", 0) < 0) goto done;
+    {
+        const double *X = Xv.buf, *Y = Yv.buf;
+        double *I = iv.buf, *J = jv.buf;
+        for (Py_ssize_t q = 0; q < n; q++) a2_nearest_scaled(X[q], Y[q], &I[q], &J[q]);
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release(&Xv); release(&Yv); release(&iv); release(&jv);
+    return ret;
+}
+
+/* hex_dither(seed, g0, n, a, ux, uy): the hexagonal quantizer's dither of pairs g0 .. g0+n-1. */
+static PyObject *py_hex_dither(PyObject *self, PyObject *args) {
+    unsigned long long seed;
+    Py_ssize_t g0, n;
+    double a;
+    PyObject *uxo, *uyo;
+    if (!PyArg_ParseTuple(args, "KnndOO", &seed, &g0, &n, &a, &uxo, &uyo)) return NULL;
+    if (g0 < 0 || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "hex_dither: g0 and n must be >= 0");
+        return NULL;
+    }
+    Py_buffer uxv, uyv;
+    uxv.obj = uyv.obj = NULL;
+    PyObject *ret = NULL;
+    if (get_buffer(uxo, &uxv, 1, T_F64, n, "ux", 0) < 0) goto done;
+    if (get_buffer(uyo, &uyv, 1, T_F64, n, "uy", 0) < 0) goto done;
+    for (Py_ssize_t s0 = 0; s0 < n; s0 += HB)
+        hex_dither_block((uint64_t)seed, g0 + s0, n - s0 < HB ? n - s0 : HB, a,
+                         (double *)uxv.buf + s0, (double *)uyv.buf + s0);
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release(&uxv); release(&uyv);
+    return ret;
+}
+
+/* dither_words(seed, e0, n, out uint32): the scalar quantizer's words h_e (for tests/docs). */
+static PyObject *py_dither_words(PyObject *self, PyObject *args) {
+    unsigned long long seed;
+    Py_ssize_t e0, n;
+    PyObject *outo;
+    if (!PyArg_ParseTuple(args, "KnnO", &seed, &e0, &n, &outo)) return NULL;
+    if (e0 < 0 || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "dither_words: e0 and n must be >= 0");
+        return NULL;
+    }
+    Py_buffer ov;
+    if (get_buffer(outo, &ov, 1, T_I32, n, "out", 0) < 0) return NULL;
+    uint32_t *out = ov.buf;
+    for (Py_ssize_t s = 0; s < n; s += BLOCK)
+        dither_words((uint64_t)seed, e0 + s, n - s < BLOCK ? n - s : BLOCK, out + s);
+    release(&ov);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* top-k by magnitude (C5.4)                                                                   */
+/* Keys: the IEEE bits of |x| (monotone in |x| for finite x). The k-th largest key T is found  */
+/* by descending the key bits (largest T with #{key >= T} >= k), stopping early when exactly k  */
+/* keys are >= T; kept: keys > T, then keys == T in column order until k are kept.             */
+
+/* The 8 flags (bytes 0/1) at p as the bits of an integer, flag i -> bit i. */
+static inline uint64_t PACK8(const uint8_t *p) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return (w * 0x0102040810204080ULL) >> 56; /* byte i (0/1) lands on bit 56 + i */
+#else
+    uint64_t b = 0;
+    for (int i = 0; i < 8; i++) b |= (uint64_t)p[i] << i;
+    return b;
+#endif
+}
+
+#define DEFINE_TOPK(NAME, XT, KT, UKT, NBITS, SHIFT, EXPMASK)                                   \
+    CVFL_CLONES                                                                                \
+    static int64_t NAME(const XT *x, Py_ssize_t B, Py_ssize_t P, Py_ssize_t k, KT *keys,       \
+                        uint16_t *k16, uint8_t *sel, int32_t *cols, XT *vals) {                \
+        const UKT mask = ((UKT)1 << (NBITS - 1)) - 1;                                          \
+        int64_t bad_rows = 0; /* rows holding NaN or inf: their largest key is >= EXPMASK */   \
+        for (Py_ssize_t b = 0; b < B; b++) {                                                   \
+            const XT *r = x + b * P;                                                           \
+            const UKT *ru = (const UKT *)r;                                                    \
+            KT top = 0;                                                                        \
+            for (Py_ssize_t c = 0; c < P; c++) {                                               \
+                KT key = (KT)(ru[c] & mask);                                                   \
+                keys[c] = key;                                                                 \
+                top = key > top ? key : top;                                                   \
+            }                                                                                  \
+            bad_rows += top >= (KT)EXPMASK;                                                    \
+            KT T = 0;                                                                          \
+            int exact = k == P;                                                                \
+            int bit = 0;                                                                       \
+            while (bit < NBITS - 1 && ((KT)1 << bit) <= top) bit++;                            \
+            bit--;                                                                             \
+            if (!exact && P <= 65535 && bit >= SHIFT) {                                        \
+                /* the bits above SHIFT on 16-bit keys: twice the lanes per vector */          \
+                for (Py_ssize_t c = 0; c < P; c++) k16[c] = (uint16_t)(keys[c] >> SHIFT);      \
+                uint16_t T16 = 0;                                                              \
+                for (; bit >= SHIFT; bit--) {                                                  \
+                    uint16_t cand = (uint16_t)(T16 | (1u << (bit - SHIFT)));                   \
+                    uint16_t cnt = 0;                                                          \
+                    for (Py_ssize_t c = 0; c < P; c++) cnt += (uint16_t)(k16[c] >= cand);      \
+                    if (cnt >= k) {                                                            \
+                        T16 = cand;                                                            \
+                        if (cnt == k) {                                                        \
+                            exact = 1;                                                         \
+                            break;                                                             \
+                        }                                                                      \
+                    }                                                                          \
+                }                                                                              \
+                T = (KT)T16 << SHIFT;                                                          \
+                bit = exact ? -1 : SHIFT - 1;                                                  \
+            }                                                                                  \
+            if (!exact) {                                                                      \
+                for (; bit >= 0; bit--) {                                                      \
+                    KT cand = T | ((KT)1 << bit);                                              \
+                    int32_t cnt = 0;                                                           \
+                    for (Py_ssize_t c = 0; c < P; c++) cnt += (int32_t)(keys[c] >= cand);      \
+                    if (cnt >= k) {                                                            \
+                        T = cand;                                                              \
+                        if (cnt == k) {                                                        \
+                            exact = 1;                                                         \
+                            break;                                                             \
+                        }                                                                      \
+                    }                                                                          \
+                }                                                                              \
+            }                                                                                  \
+            int32_t *oc = cols + b * k;                                                        \
+            XT *ov = vals + b * k;                                                             \
+            if (exact) { /* exactly k keys >= T: gather their flags 8 at a time */             \
+                for (Py_ssize_t c = 0; c < P; c++) sel[c] = (uint8_t)(keys[c] >= T);           \
+                Py_ssize_t m = 0;                                                              \
+                for (Py_ssize_t c0 = 0; c0 < P; c0 += 64) {                                    \
+                    uint64_t bits = 0;                                                         \
+                    for (int i = 0; i < 8; i++) bits |= PACK8(sel + c0 + 8 * i) << (8 * i);   \
+                    while (bits) {                                                             \
+                        Py_ssize_t c = c0 + __builtin_ctzll(bits);                             \
+                        oc[m] = (int32_t)c;                                                    \
+                        ov[m] = r[c];                                                          \
+                        m++;                                                                   \
+                        bits &= bits - 1;                                                      \
+                    }                                                                          \
+                }                                                                              \
+            } else { /* ties at T: all keys > T, then keys == T in column order */             \
+                Py_ssize_t gt = 0, m = 0;                                                      \
+                for (Py_ssize_t c = 0; c < P; c++) gt += keys[c] > T;                          \
+                Py_ssize_t need = k - gt;                                                      \
+                for (Py_ssize_t c = 0; c < P && m < k; c++) {                                  \
+                    int take = keys[c] > T || (keys[c] == T && need > 0);                      \
+                    if (keys[c] == T && need > 0) need--;                                      \
+                    if (take) {                                                                \
+                        oc[m] = (int32_t)c;                                                    \
+                        ov[m] = r[c];                                                          \
+                        m++;                                                                   \
+                    }                                                                          \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        return bad_rows;                                                                       \
+    }
+
+DEFINE_TOPK(topk_f32, float, int32_t, uint32_t, 32, 15, 0x7F800000)
+DEFINE_TOPK(topk_f64, double, int64_t, uint64_t, 64, 47, 0x7FF0000000000000LL)
+
+/* topk_select(x, xt, B, P, k, cols int32 (B, k), vals xt (B, k)) */
+static PyObject *py_topk_select(PyObject *self, PyObject *args) {
+    PyObject *xo, *colso, *valso;
+    int xt;
+    Py_ssize_t B, P, k;
+    if (!PyArg_ParseTuple(args, "OinnnOO", &xo, &xt, &B, &P, &k, &colso, &valso)) return NULL;
+    if ((xt != T_F32 && xt != T_F64) || k < 1 || k > P || P > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "topk_select: bad type code or k not in [1, P]");
+        return NULL;
+    }
+    Py_buffer xv, cv, vv;
+    xv.obj = cv.obj = vv.obj = NULL;
+    PyObject *ret = NULL;
+    void *keys = NULL;
+    if (get_buffer(xo, &xv, 0, xt, B * P, "x", 0) < 0) goto done;
+    if (get_buffer(colso, &cv, 1, T_I32, B * k, "cols", 0) < 0) goto done;
+    if (get_buffer(valso, &vv, 1, xt, B * k, "vals", 0) < 0) goto done;
+    /* keys (8P bytes), flags (P rounded up to 64, zero padded), 16-bit keys (2P bytes) */
+    Py_ssize_t nflags = (P + 63) / 64 * 64;
+    keys = PyMem_RawMalloc((size_t)(8 * P + nflags + 2 * P));
+    if (keys == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint8_t *sel = (uint8_t *)keys + 8 * P;
+    uint16_t *k16 = (uint16_t *)(sel + nflags);
+    memset(sel, 0, (size_t)nflags);
+    int64_t bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (xt == T_F32)
+        bad = topk_f32((const float *)xv.buf, B, P, k, (int32_t *)keys, k16, sel,
+                       (int32_t *)cv.buf, (float *)vv.buf);
+    else
+        bad = topk_f64((const double *)xv.buf, B, P, k, (int64_t *)keys, k16, sel,
+                       (int32_t *)cv.buf, (double *)vv.buf);
+    Py_END_ALLOW_THREADS
+    ret = PyLong_FromLongLong((long long)bad);
+done:
+    PyMem_RawFree(keys);
+    release(&xv); release(&cv); release(&vv);
+    return ret;
+}
+
+#define DEFINE_SCATTER(NAME, VT)                                                                \
+    CVFL_CLONES                                                                                \
+    static void NAME(const int32_t *cols, const VT *vals, Py_ssize_t B, Py_ssize_t P,          \
+                     Py_ssize_t k, VT *y) {                                                    \
+        for (Py_ssize_t b = 0; b < B; b++) {                                                   \
+            VT *yr = y + b * P;                                                                \
+            memset(yr, 0, (size_t)P * sizeof(VT));                                             \
+            for (Py_ssize_t m = 0; m < k; m++) yr[cols[b * k + m]] = vals[b * k + m];          \
+        }                                                                                      \
+    }
+
+DEFINE_SCATTER(scatter_f32, float)
+DEFINE_SCATTER(scatter_f64, double)
+
+/* topk_scatter(cols int32 (B, k), vals (B, k), vt, B, P, k, y vt (B, P)) */
+static PyObject *py_topk_scatter(PyObject *self, PyObject *args) {
+    PyObject *colso, *valso, *yo;
+    int vt;
+    Py_ssize_t B, P, k;
+    if (!PyArg_ParseTuple(args, "OOinnnO", &colso, &valso, &vt, &B, &P, &k, &yo)) return NULL;
+    if ((vt != T_F32 && vt != T_F64) || k < 1 || k > P) {
+        PyErr_SetString(PyExc_ValueError, "topk_scatter: bad type code or k not in [1, P]");
+        return NULL;
+    }
+    Py_buffer cv, vv, yv;
+    cv.obj = vv.obj = yv.obj = NULL;
+    PyObject *ret = NULL;
+    if (get_buffer(colso, &cv, 0, T_I32, B * k, "cols", 0) < 0) goto done;
+    if (get_buffer(valso, &vv, 0, vt, B * k, "vals", 0) < 0) goto done;
+    if (get_buffer(yo, &yv, 1, vt, B * P, "y", 0) < 0) goto done;
+    {
+        const int32_t *c = cv.buf;
+        int64_t bad = 0;
+        for (Py_ssize_t q = 0; q < B * k; q++) bad += (c[q] < 0) | (c[q] >= P);
+        if (bad) {
+            PyErr_Format(PyExc_ValueError, "%lld top-k column indices not in [0, P) = [0, %zd)",
+                         (long long)bad, P);
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (vt == T_F32)
+        scatter_f32((const int32_t *)cv.buf, (const float *)vv.buf, B, P, k, (float *)yv.buf);
+    else
+        scatter_f64((const int32_t *)cv.buf, (const double *)vv.buf, B, P, k, (double *)yv.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release(&cv); release(&vv); release(&yv);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+
+#define MODULE_DOC                                                                              \
+    "The compiled kernels of the compressors (source: ``cvfl_theory/_kernels.c``).\n\n"          \
+    "One implementation of each kernel for float32 and float64 data (float16 is widened), "     \
+    "fused so that every entry is read and written once per side, with float64 arithmetic "    \
+    "and one final rounding to the output dtype. Only correctly rounded operations are used "  \
+    "and the module is built with ``-ffp-contract=off``, so every build (AVX-512, AVX2 or "     \
+    "baseline x86-64 clone, any machine) gives the same bits.\n\n"                              \
+    "**Shared dither.** :math:`w_n` is the SplitMix64 stream of the message seed: "             \
+    ":math:`w_n = \\mathrm{mix64}(\\mathrm{seed} + (n + 1)\\,\\gamma)`, "                          \
+    ":math:`\\gamma` = ``0x9E3779B97F4A7C15``. The scalar quantizer gives entry :math:`e` of the " \
+    "row-major matrix :math:`U_e = (h_e + 1/2)\\,2^{-32}`, :math:`h_e` the 32-bit half "           \
+    ":math:`e \\bmod 2` (low half first) of :math:`w_{\\lfloor e/2 \\rfloor}`; the hexagonal "       \
+    "quantizer gives pair :math:`p` the top 23 bits of both halves of :math:`w_p` (see "        \
+    ":class:`~cvfl_theory.compressors.HexLatticeQuantizer`).\n\n"                               \
+    "**Ranges.** A min-max range is computed in the same pass (row minima and maxima, rounded " \
+    "outwards to float32: what is sent); a given range clamps and counts clipped and "          \
+    "non-finite entries. The functions are private: the compressors validate the arguments, "  \
+    "the kernels check only buffer sizes and contiguity."
+
+static PyMethodDef methods[] = {
+    {"row_ranges", py_row_ranges, METH_VARARGS,
+     "row_ranges(x, xt, B, P, lo, hi): the float32 min-max range of every row, rounded outwards, "
+     "into float64 buffers (non-finite if the row holds NaN or inf)."},
+    {"scalar_quantize", py_scalar_quantize, METH_VARARGS,
+     "scalar_quantize(x, xt, B, P, rowmode, lo, hi, L, dither, seed, idx, it, y, yt) -> "
+     "(clipped, non-finite)"},
+    {"scalar_dequantize", py_scalar_dequantize, METH_VARARGS,
+     "scalar_dequantize(idx, it, B, P, lo, hi, L, dither, seed, y, yt)"},
+    {"hex_quantize", py_hex_quantize, METH_VARARGS,
+     "hex_quantize(x, xt, B, P, rowmode, lo, hi, codebook, dither, seed, idx, it, y, yt) -> "
+     "(clipped, non-finite)"},
+    {"hex_dequantize", py_hex_dequantize, METH_VARARGS,
+     "hex_dequantize(idx, it, B, P, lo, hi, codebook, dither, seed, y, yt)"},
+    {"a2_nearest", py_a2_nearest, METH_VARARGS, "a2_nearest(X, Y, n, i, j)"},
+    {"hex_dither", py_hex_dither, METH_VARARGS, "hex_dither(seed, g0, n, a, ux, uy)"},
+    {"dither_words", py_dither_words, METH_VARARGS, "dither_words(seed, e0, n, out)"},
+    {"topk_select", py_topk_select, METH_VARARGS,
+     "topk_select(x, xt, B, P, k, cols, vals) -> number of rows holding NaN or inf"},
+    {"topk_scatter", py_topk_scatter, METH_VARARGS, "topk_scatter(cols, vals, vt, B, P, k, y)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kernels", MODULE_DOC, -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
