@@ -326,3 +326,15 @@ def test_hex_decompress_refuses_indices_outside_the_codebook():
     c.data["idx"][0, 0] = q.codebook_size
     with pytest.raises(ValueError, match="codebook size"):
         q.decompress(c)
+
+
+@pytest.mark.parametrize("comp", [ScalarQuantizer(3), HexLatticeQuantizer(3)], ids=repr)
+def test_minmax_range_beyond_float32_is_refused_fixed_range_clips(comp):
+    x = np.array([[1e300, 0.0, 1.0, 2.0]])
+    with pytest.raises(ValueError, match="beyond the float32 range"):
+        comp.compress(x, rng=0)
+    fixed = type(comp)(3, range=(-1.0, 1.0))
+    c = fixed.compress(x, rng=0)
+    assert c.n_clipped == 2  # 1e300 and 2.0
+    with pytest.raises(ValueError, match="2 entries outside the fixed range"):
+        type(comp)(3, range=(-1.0, 1.0), out_of_range="raise").compress(x, rng=0)
