@@ -13,6 +13,11 @@ on a shared, loaded machine the CPU-time ratio is the more stable of the two. to
 single-threaded (``torch.set_num_threads(1)``) because the compressors are single-threaded and a
 multi-threaded ``clone`` on a shared 2-core machine is erratic (0.2 to 11 ms observed).
 
+The kernels (``cvfl_theory/_kernels.c``) are compiled with AVX-512, AVX2 and baseline x86-64
+clones chosen at run time; the ratios above were met with the AVX-512 clone, and the line
+``cpu:`` says which instruction sets this machine has (an AVX2-only machine is markedly slower
+on the 64-bit multiplies of the dither generator and the lattice kernels).
+
 Run ``PYTHONPATH=/path/to/other/checkout python benchmarks/bench_compressors.py`` to measure
 another version of the package under the same conditions (before/after comparisons).
 """
@@ -55,6 +60,16 @@ def median_times(
     return float(med[0]), float(med[1]), float(med[2]), float(med[3])
 
 
+def _cpu_line() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return "cpu: unknown (no /proc/cpuinfo)"
+    has = [name for name in ("avx512f", "avx512dq", "avx2") if name in flags]
+    return f"cpu: {', '.join(has) or 'no AVX2/AVX-512'}"
+
+
 def _verdict(ratio: float, target: float | None) -> str:
     if target is None:
         return "-"
@@ -82,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         ("hex lattice b=3", HexLatticeQuantizer(3), 15.0),
     ]
     print(f"package: {cvfl_theory.__file__}")
+    print(_cpu_line())
     print(f"time / clone time, shape {SHAPE} float32, median of {repeats} (interleaved)")
     print("c+d = decompress(compress(x)) (the issue's target); rt = fused roundtrip(x)")
     print(

@@ -33,6 +33,18 @@
 #define CVFL_CLONES
 #endif
 
+#if defined(__GNUC__) || defined(__clang__)
+#define CTZ64(x) __builtin_ctzll(x)
+#define RESTRICT __restrict__
+#else
+static inline int CTZ64(uint64_t x) { /* x != 0 */
+    int n = 0;
+    while (!(x & 1)) x >>= 1, n++;
+    return n;
+}
+#define RESTRICT
+#endif
+
 #define GAMMA 0x9E3779B97F4A7C15ULL
 #define BLOCK 2048 /* entries per dither block (scratch on the stack) */
 
@@ -256,7 +268,7 @@ static inline void scalar_consts(double l, double h, int32_t L, double *inv, dou
    compiler vectorizes. CLAMP (given ranges): clamp into [l, h], count clipped and non-finite
    entries; a row's own min-max range needs neither (a non-finite entry makes it non-finite,
    which the caller checks, and t is then forced to 0). */
-#define SQ_LOOP(HAS_IDX, HAS_Y, DITHER, CLAMP)                                                  \
+#define SQ_LOOP(IT, YT, HAS_IDX, HAS_Y, DITHER, CLAMP)                                          \
     for (Py_ssize_t i = 0; i < n; i++) {                                                       \
         double u = DITHER ? unit32(h32[hoff + i]) : 0.5; /* no dither: round to nearest */     \
         double v = (double)xr[c0 + i];                                                         \
@@ -265,17 +277,17 @@ static inline void scalar_consts(double l, double h, int32_t L, double *inv, dou
         t = t >= 0.0 ? t : 0.0;                                                                \
         int32_t k = (int32_t)(t + u);                                                          \
         k = k > L ? L : k;                                                                     \
-        if (HAS_IDX) idx[e0 + i] = (__typeof__(*idx))k;                                        \
+        if (HAS_IDX) idx[e0 + i] = (IT)k;                                                      \
         if (HAS_Y)                                                                             \
-            y[e0 + i] = (__typeof__(*y))(DITHER ? l + (((double)k + 0.5) - u) * d              \
+            y[e0 + i] = (YT)(DITHER ? l + (((double)k + 0.5) - u) * d                          \
                                                 : l + (double)k * d);                          \
     }
 
-#define SQ_VARIANTS(DITHER, CLAMP)                                                              \
+#define SQ_VARIANTS(IT, YT, DITHER, CLAMP)                                                      \
     do {                                                                                       \
-        if (idx && y) SQ_LOOP(1, 1, DITHER, CLAMP)                                             \
-        else if (idx) SQ_LOOP(1, 0, DITHER, CLAMP)                                             \
-        else SQ_LOOP(0, 1, DITHER, CLAMP)                                                      \
+        if (idx && y) SQ_LOOP(IT, YT, 1, 1, DITHER, CLAMP)                                     \
+        else if (idx) SQ_LOOP(IT, YT, 1, 0, DITHER, CLAMP)                                     \
+        else SQ_LOOP(IT, YT, 0, 1, DITHER, CLAMP)                                              \
     } while (0)
 
 /* Row groups of at most BLOCK entries (one dither call per group), or chunks of one long row. */
@@ -313,10 +325,10 @@ static inline void scalar_consts(double l, double h, int32_t L, double *inv, dou
                 scalar_consts(l, h, L, &s, &d);                                                \
                 cur = b;                                                                       \
             }                                                                                  \
-            if (dither && rowmode) SQ_VARIANTS(1, 0);                                          \
-            else if (dither) SQ_VARIANTS(1, 1);                                                \
-            else if (rowmode) SQ_VARIANTS(0, 0);                                               \
-            else SQ_VARIANTS(0, 1);                                                            \
+            if (dither && rowmode) SQ_VARIANTS(IT, YT, 1, 0);                                  \
+            else if (dither) SQ_VARIANTS(IT, YT, 1, 1);                                        \
+            else if (rowmode) SQ_VARIANTS(IT, YT, 0, 0);                                       \
+            else SQ_VARIANTS(IT, YT, 0, 1);                                                    \
         });                                                                                    \
         *nclip = clip;                                                                         \
         *nbad = bad;                                                                           \
@@ -539,7 +551,7 @@ static void hex_nearest_block(const double *X, const double *Y, const double *ux
     const double imax = (double)(hc->width - 1), jmax = (double)(hc->rows - 1);
     const double i0 = hc->i0, j0 = hc->j0;
     const double dwidth = (double)hc->width;
-    const int32_t *restrict lut = hc->lut;
+    const int32_t *RESTRICT lut = hc->lut;
     for (Py_ssize_t p = 0; p < n; p++) {
         double i, j;
         a2_nearest_scaled((X[p] + ux[p]) * ia, (Y[p] + uy[p]) * isa, &i, &j);
@@ -881,6 +893,22 @@ static inline uint64_t PACK8(const uint8_t *p) {
 #endif
 }
 
+/* Descend the key bits bit .. LOW: the largest T (a prefix, in units of 2^LOW) with
+   #{KEYS >= T} >= k; stop with exact = 1 as soon as exactly k keys are >= T. */
+#define DESCEND(KEYS, TT, CT, T, LOW)                                                           \
+    for (; bit >= (LOW); bit--) {                                                              \
+        TT cand = (TT)((T) | ((TT)1 << (bit - (LOW))));                                        \
+        CT cnt = 0;                                                                            \
+        for (Py_ssize_t c = 0; c < P; c++) cnt += (CT)((KEYS)[c] >= cand);                     \
+        if (cnt >= k) {                                                                        \
+            (T) = cand;                                                                        \
+            if (cnt == k) {                                                                    \
+                exact = 1;                                                                     \
+                break;                                                                         \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
 #define DEFINE_TOPK(NAME, XT, KT, UKT, NBITS, SHIFT, EXPMASK)                                   \
     CVFL_CLONES                                                                                \
     static int64_t NAME(const XT *x, Py_ssize_t B, Py_ssize_t P, Py_ssize_t k, KT *keys,       \
@@ -906,35 +934,11 @@ static inline uint64_t PACK8(const uint8_t *p) {
                 /* the bits above SHIFT on 16-bit keys: twice the lanes per vector */          \
                 for (Py_ssize_t c = 0; c < P; c++) k16[c] = (uint16_t)(keys[c] >> SHIFT);      \
                 uint16_t T16 = 0;                                                              \
-                for (; bit >= SHIFT; bit--) {                                                  \
-                    uint16_t cand = (uint16_t)(T16 | (1u << (bit - SHIFT)));                   \
-                    uint16_t cnt = 0;                                                          \
-                    for (Py_ssize_t c = 0; c < P; c++) cnt += (uint16_t)(k16[c] >= cand);      \
-                    if (cnt >= k) {                                                            \
-                        T16 = cand;                                                            \
-                        if (cnt == k) {                                                        \
-                            exact = 1;                                                         \
-                            break;                                                             \
-                        }                                                                      \
-                    }                                                                          \
-                }                                                                              \
+                DESCEND(k16, uint16_t, uint16_t, T16, SHIFT);                                  \
                 T = (KT)T16 << SHIFT;                                                          \
                 bit = exact ? -1 : SHIFT - 1;                                                  \
             }                                                                                  \
-            if (!exact) {                                                                      \
-                for (; bit >= 0; bit--) {                                                      \
-                    KT cand = T | ((KT)1 << bit);                                              \
-                    int32_t cnt = 0;                                                           \
-                    for (Py_ssize_t c = 0; c < P; c++) cnt += (int32_t)(keys[c] >= cand);      \
-                    if (cnt >= k) {                                                            \
-                        T = cand;                                                              \
-                        if (cnt == k) {                                                        \
-                            exact = 1;                                                         \
-                            break;                                                             \
-                        }                                                                      \
-                    }                                                                          \
-                }                                                                              \
-            }                                                                                  \
+            if (!exact) DESCEND(keys, KT, int32_t, T, 0);                                      \
             int32_t *oc = cols + b * k;                                                        \
             XT *ov = vals + b * k;                                                             \
             if (exact) { /* exactly k keys >= T: gather their flags 8 at a time */             \
@@ -944,7 +948,7 @@ static inline uint64_t PACK8(const uint8_t *p) {
                     uint64_t bits = 0;                                                         \
                     for (int i = 0; i < 8; i++) bits |= PACK8(sel + c0 + 8 * i) << (8 * i);   \
                     while (bits) {                                                             \
-                        Py_ssize_t c = c0 + __builtin_ctzll(bits);                             \
+                        Py_ssize_t c = c0 + CTZ64(bits);                                       \
                         oc[m] = (int32_t)c;                                                    \
                         ov[m] = r[c];                                                          \
                         m++;                                                                   \

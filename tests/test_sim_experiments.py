@@ -117,6 +117,28 @@ def test_headline_claim_verdicts():
     assert ex.headline_claim(rows_inf, "d")["per_compressor"][0]["fewer_bits_90pct"] is False
 
 
+def test_headline_claim_reports_error_feedback_rows_apart():
+    rows = [
+        _row("none", 32, 0.90, 0.01, 1000.0),
+        _row("scalar", 2, 0.89, 0.01, 90.0),
+        _row("scalar+ef", 2, 0.70, 0.01, 90.0),  # fails, but is not part of the paper's claim
+        _row("lattice+ef", 2, 0.90, 0.01, 80.0),
+    ]
+    h = ex.headline_claim(rows, "d")
+    assert [r["compressor"] for r in h["per_compressor"]] == ["scalar", "scalar+ef", "lattice+ef"]
+    assert h["holds"] is True
+    md = ex._headline_markdown(h)
+    assert "holds for: lattice+ef; fails for: scalar+ef." in md
+
+
+def test_error_feedback_spec_runs_with_error_feedback():
+    spec = ex.RunSpec("digits-quadrants", "scalar+ef", 2, 10, 0, 1)
+    cfg = spec.config()
+    assert cfg.error_feedback is True and cfg.compressor.name == "scalar"
+    assert ex.RunSpec("digits-quadrants", "scalar", 2, 10, 0, 1).config().error_feedback is False
+    assert spec.key() != ex.RunSpec("digits-quadrants", "scalar", 2, 10, 0, 1).key()
+
+
 def test_time_model_c7():
     # R (Q t_c + t_comm): 40 rounds, Q = 25, 10 ms compute, 200 ms round trip
     assert time_to_target(40, 25, 0.2) == pytest.approx(40 * (25 * 0.01 + 0.2))

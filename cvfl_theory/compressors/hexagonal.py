@@ -10,7 +10,7 @@ import numpy as np
 from .. import _kernels
 from ..bitpack import BitReader
 from ..lattice import SQRT3, A2BoxCodebook, _tables
-from ._common import range_bits, type_code
+from ._common import range_bits
 from .base import shape2d
 from .quantizer import RangeQuantizer
 
@@ -113,6 +113,8 @@ class HexLatticeQuantizer(RangeQuantizer):
 
     name = "hex"
     _max_bits = 8
+    _kernel_quantize = staticmethod(_kernels.hex_quantize)
+    _kernel_dequantize = staticmethod(_kernels.hex_dequantize)
 
     def _setup(self) -> None:
         self.codebook = A2BoxCodebook.for_bits(self.bits, self.dither)
@@ -173,30 +175,9 @@ class HexLatticeQuantizer(RangeQuantizer):
     def _index_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
         return shape[0], (shape[1] + 1) // 2
 
-    def _quantize(
-        self,
-        a: np.ndarray,
-        rowmode: bool,
-        lo: np.ndarray,
-        hi: np.ndarray,
-        seed: int | None,
-        idx: np.ndarray | None,
-        out: np.ndarray | None,
-    ) -> tuple[int, int]:
-        B, P = a.shape
-        return _kernels.hex_quantize(
-            a, type_code(a), B, P, rowmode, lo, hi, _kernel_codebook(self.codebook),
-            seed is not None, seed or 0, idx, type_code(idx), out, type_code(out),
-        )  # fmt: skip
-
-    def _dequantize(
-        self, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, seed: int | None, out: np.ndarray
-    ) -> None:
-        B, P = out.shape
-        _kernels.hex_dequantize(
-            idx, type_code(idx), B, P, lo, hi, _kernel_codebook(self.codebook),
-            seed is not None, seed or 0, out, type_code(out),
-        )  # fmt: skip
+    @property
+    def _kernel_param(self) -> tuple[Any, ...]:
+        return _kernel_codebook(self.codebook)
 
     def _read_payload(self, r: BitReader, shape: tuple[int, int]) -> dict[str, np.ndarray]:
         data = super()._read_payload(r, shape)

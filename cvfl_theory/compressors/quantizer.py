@@ -30,6 +30,7 @@ from ._common import (
     read_range,
     received_range,
     sent_fields,
+    type_code,
     write_range,
 )
 from .base import Compressor, _shape_or_x, draw_seed
@@ -40,9 +41,10 @@ __all__ = ["RangeQuantizer"]
 class RangeQuantizer(Compressor):
     """Base of the quantizers of a fixed or min-max range with optional subtractive dither.
 
-    Subclasses set :attr:`_max_bits` and implement the hooks: the cell parameter (``_fixed_cell``,
-    ``_data_cells``), the index layout (``_index_bits``, ``_index_shape``) and the two kernel
-    calls (``_quantize``, ``_dequantize``). The payload is the range fields of C5.5 followed by
+    Subclasses set :attr:`_max_bits`, the two kernels (``_kernel_quantize``,
+    ``_kernel_dequantize``) and implement the hooks: the cell parameter (``_fixed_cell``,
+    ``_data_cells``), the index layout (``_index_bits``, ``_index_shape``) and the kernels'
+    parameter (``_kernel_param``). The payload is the range fields of C5.5 followed by
     the codeword indices, ``_index_bits`` bits each.
     """
 
@@ -142,7 +144,17 @@ class RangeQuantizer(Compressor):
         """The index array dtype: the smallest unsigned type holding ``_index_bits`` bits."""
         return np.uint8 if self._index_bits <= 8 else np.uint16
 
+    _kernel_quantize: ClassVar[Callable[..., tuple[int, int]]]
+    """``cvfl_theory._kernels`` function ``f(x, xt, B, P, rowmode, lo, hi, param, dither, seed,
+    idx, it, y, yt) -> (clipped, non-finite)``."""
+    _kernel_dequantize: ClassVar[Callable[..., None]]
+    """``cvfl_theory._kernels`` function ``f(idx, it, B, P, lo, hi, param, dither, seed, y, yt)``."""
+
+    @property
     @abstractmethod
+    def _kernel_param(self) -> Any:
+        """The quantizer's parameter for the kernels (level count, codebook tables)."""
+
     def _quantize(
         self,
         a: np.ndarray,
@@ -162,12 +174,21 @@ class RangeQuantizer(Compressor):
         (float32/float64) receives exactly what :meth:`_dequantize` computes from ``idx`` (the
         fused roundtrip). Returns the numbers of clipped and of non-finite entries.
         """
+        B, P = a.shape
+        return type(self)._kernel_quantize(
+            a, type_code(a), B, P, rowmode, lo, hi, self._kernel_param, seed is not None,
+            seed or 0, idx, type_code(idx), out, type_code(out),
+        )  # fmt: skip
 
-    @abstractmethod
     def _dequantize(
         self, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, seed: int | None, out: np.ndarray
     ) -> None:
         """Kernel call: write the reconstruction of ``idx`` into ``out`` (float32/float64)."""
+        B, P = out.shape
+        type(self)._kernel_dequantize(
+            idx, type_code(idx), B, P, lo, hi, self._kernel_param, seed is not None, seed or 0,
+            out, type_code(out),
+        )  # fmt: skip
 
     def _run(
         self, a: np.ndarray, seed: int | None, idx: np.ndarray | None, out: np.ndarray | None

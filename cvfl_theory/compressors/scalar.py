@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .. import _kernels
-from ._common import range_bits, type_code
+from ._common import range_bits
 from .base import shape2d
 from .quantizer import RangeQuantizer
 
@@ -79,6 +79,8 @@ class ScalarQuantizer(RangeQuantizer):
 
     name = "scalar"
     _max_bits = 16
+    _kernel_quantize = staticmethod(_kernels.scalar_quantize)
+    _kernel_dequantize = staticmethod(_kernels.scalar_dequantize)
 
     @property
     def levels(self) -> int:
@@ -133,27 +135,6 @@ class ScalarQuantizer(RangeQuantizer):
     def _index_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
         return shape
 
-    def _quantize(
-        self,
-        a: np.ndarray,
-        rowmode: bool,
-        lo: np.ndarray,
-        hi: np.ndarray,
-        seed: int | None,
-        idx: np.ndarray | None,
-        out: np.ndarray | None,
-    ) -> tuple[int, int]:
-        B, P = a.shape
-        return _kernels.scalar_quantize(
-            a, type_code(a), B, P, rowmode, lo, hi, self.levels - 1, seed is not None, seed or 0,
-            idx, type_code(idx), out, type_code(out),
-        )  # fmt: skip
-
-    def _dequantize(
-        self, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, seed: int | None, out: np.ndarray
-    ) -> None:
-        B, P = out.shape
-        _kernels.scalar_dequantize(
-            idx, type_code(idx), B, P, lo, hi, self.levels - 1, seed is not None, seed or 0, out,
-            type_code(out),
-        )  # fmt: skip
+    @property
+    def _kernel_param(self) -> int:
+        return self.levels - 1
