@@ -12,12 +12,12 @@
  *   mix64(z) = z ^ z>>30, * 0xBF58476D1CE4E5B9, ^ >>27, * 0x94D049BB133111EB, ^ >>31 (mod 2^64)
  *   scalar quantizer, entry e = b P + c of the (B, P) matrix:  h_e = 32-bit half (e & 1) of
  *       w_{e >> 1} (half 0 = low bits), U_e = (h_e + 1/2) 2^-32, uniform on 2^32 midpoints of (0,1)
- *   hexagonal quantizer, pair p = b ceil(P/2) + i:  (alpha, beta) = (U(low half), U(high half))
- *       of w_p.
+ *   hexagonal quantizer, pair p = b ceil(P/2) + i:  (alpha, beta) = midpoints of the 2^-23 grid
+ *       given by the top 23 bits of the low and high halves of w_p (see hex_dither).
  *
  * Floating-point determinism: only correctly rounded operations (+ - * /, conversions) are used,
  * in a fixed order, and the module is compiled with -ffp-contract=off (no fused multiply-adds), so
- * every clone (AVX2 or baseline x86-64) and every machine gives the same bits. Rounding to the
+ * every clone (AVX-512, AVX2 or baseline x86-64) and every machine gives the same bits. Rounding to the
  * nearest integer uses the 1.5 * 2^52 trick (exact round-half-even for |v| < 2^51); the floor of
  * a non-negative value uses truncation.
  */
@@ -98,6 +98,24 @@ static Py_ssize_t type_size(int t) {
     }
 }
 
+/* Whether the buffer's struct format (native or explicit byte order) is the type t. */
+static int format_matches(const Py_buffer *view, int t) {
+    const char *f = view->format ? view->format : "B";
+    if (*f == '@' || *f == '=' || (*f == '<' && PY_LITTLE_ENDIAN) || (*f == '>' && !PY_LITTLE_ENDIAN))
+        f++;
+    if (f[0] == 0 || f[1] != 0) return 0;
+    switch (t) {
+    case T_F32: return f[0] == 'f';
+    case T_F64: return f[0] == 'd';
+    case T_U8: return f[0] == 'B';
+    case T_U16: return f[0] == 'H';
+    case T_I32: /* int32 or uint32 (dither words); 'l' where long has 32 bits */
+        return f[0] == 'i' || f[0] == 'I' ||
+               (sizeof(long) == 4 && (f[0] == 'l' || f[0] == 'L'));
+    default: return 0;
+    }
+}
+
 /* Get a C-contiguous buffer of exactly count items of type t (obj None -> buf NULL if allowed). */
 static int get_buffer(PyObject *obj, Py_buffer *view, int writable, int t, Py_ssize_t count,
                       const char *name, int optional) {
@@ -112,8 +130,16 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int writable, int t, Py_ss
         PyErr_Format(PyExc_ValueError, "%s: unknown element type code %d", name, t);
         return -1;
     }
-    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
+    if (!format_matches(view, t)) {
+        PyErr_Format(PyExc_ValueError, "%s has element format '%s', not the one of type code %d",
+                     name, view->format ? view->format : "B", t);
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        view->buf = NULL;
+        return -1;
+    }
     if (view->len != count * type_size(t)) {
         PyErr_Format(PyExc_ValueError, "%s has %zd bytes, expected %zd", name, view->len,
                      count * type_size(t));
@@ -137,7 +163,13 @@ typedef struct {
 
 static int get_rowparam(PyObject *obj, Py_buffer *view, Py_ssize_t B, rowparam *p,
                         const char *name) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    if (!format_matches(view, T_F64)) {
+        PyErr_Format(PyExc_ValueError, "%s must hold float64 values", name);
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        return -1;
+    }
     if (view->len == B * 8) {
         p->stride = 1;
     } else if (view->len == 8) {

@@ -314,6 +314,10 @@ def test_kernels_refuse_wrong_buffers():
         _kernels.scalar_quantize(
             x, 1, 4, 6, False, np.zeros(3), np.ones(1), 7, True, 1, None, 0, x, 1
         )
+    with pytest.raises(ValueError, match="element format"):  # same size, other type
+        _kernels.topk_scatter(
+            np.zeros((4, 1), np.float32), np.zeros((4, 1), np.float32), 1, 4, 6, 1, x
+        )
     with pytest.raises(ValueError, match="not in"):
         _kernels.topk_scatter(
             np.full((4, 1), 6, np.int32), np.zeros((4, 1), np.float32), 1, 4, 6, 1, x
