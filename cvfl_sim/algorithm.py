@@ -567,9 +567,10 @@ def train(
     eval_every = config.eval_every or s.rounds_per_epoch
     ledger = BitLedger()
     bits_cache: dict[tuple[Any, ...], Any] = {}
-    log: dict[str, list[float]] = {
+    log: dict[str, list[Any]] = {
         "bits": [],
         "embedding_error": [],
+        "embedding_error_by_party": [],
         "server_model_error": [],
         "lr": [],
     }
@@ -700,7 +701,10 @@ def train(
                 Hd = Hc.detach()
                 lossless = all_exact and all(skip)
                 Zhat = Hd if lossless else torch.cat(Hhat, dim=1)  # Φ̂^{t0} embeddings, (B, ΣP)
-                e_emb = float(((Zhat - Hd) ** 2).sum())
+                # NaN here also flags a diverged embedding (checked just below)
+                sq = (Zhat - Hd) ** 2
+                e_party = [float(blk.sum()) for blk in sq.split(s.emb_sizes, dim=1)]
+                e_emb = float(sum(e_party))
                 if any_exact and not math.isfinite(e_emb):
                     for m in range(M):
                         if skip[m] and not bool(torch.isfinite(H[m]).all()):
@@ -755,6 +759,7 @@ def train(
             r += 1
             log["bits"].append(rb_total)
             log["embedding_error"].append(e_emb)
+            log["embedding_error_by_party"].append(e_party)
             log["server_model_error"].append(e_srv)
             log["lr"].append(eta)
             err_since.append((e_emb, e_srv))

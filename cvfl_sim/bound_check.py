@@ -397,7 +397,7 @@ def bound_vs_observed(
     run: RunResult,
     constants: Constants,
     *,
-    split: str = "equal",
+    split: str = "party",
     reading: str = "literal",
     c_opt: float = C_OPT,
     c_var: float = C_VAR,
@@ -411,12 +411,14 @@ def bound_vs_observed(
     per-round compression errors from ``rounds["embedding_error"]`` (the parties' total
     :math:`\sum_{m\ge1}\|\varepsilon_m^{t_0}\|_F^2`) and ``rounds["server_model_error"]``
     (:math:`\|\varepsilon_0^{t_0}\|^2`). These are the *realised* errors of each round, used in
-    place of their expectations :math:`E_m^{t_0}` (C2). The log does not split the parties'
-    total by party, so ``split`` chooses how to share it:
+    place of their expectations :math:`E_m^{t_0}` (C2). ``split`` says how the parties' errors
+    enter:
 
-    - ``"equal"`` (default): :math:`E_j = e/M` for every party -- exact for the sum, an
-      approximation for :math:`\sum_{j\ne m}E_j`;
-    - ``"max"``: every party is charged the whole total ``e`` -- a guaranteed over-estimate of
+    - ``"party"`` (default): each party's own logged :math:`\|\varepsilon_m^{t_0}\|_F^2`
+      (``rounds["embedding_error_by_party"]``);
+    - ``"equal"``: the total shared equally, :math:`E_j = e/M` -- exact for the sum, an
+      approximation for :math:`\sum_{j\ne m}E_j` (for runs saved without the per-party log);
+    - ``"max"``: every party charged the whole total ``e`` -- a guaranteed over-estimate of
       every :math:`\sum_{j\ne m}E_j` (for ``M >= 2``).
 
     The observed side is the average of ``grad_norm_sq`` over the evaluated rounds
@@ -430,8 +432,8 @@ def bound_vs_observed(
         A run with ``track_grad_norm=True``.
     constants : Constants
         From :func:`estimate_constants` (same data set and configuration).
-    split : {"equal", "max"}
-        How the parties' logged error total is shared among parties.
+    split : {"party", "equal", "max"}
+        Each party's logged error, or the parties' total shared equally or charged to each.
     reading : {"literal", "chain"}
         Which :math:`H_m` to use.
     c_opt, c_var, c_comp : float
@@ -449,8 +451,8 @@ def bound_vs_observed(
     """
     if not isinstance(run, RunResult):
         raise TypeError(f"run must be a RunResult, got {type(run).__name__}")
-    if split not in ("equal", "max"):
-        raise ValueError(f"split must be 'equal' or 'max', got {split!r}")
+    if split not in ("party", "equal", "max"):
+        raise ValueError(f"split must be 'party', 'equal' or 'max', got {split!r}")
     if reading not in ("literal", "chain"):
         raise ValueError(f"reading must be 'literal' or 'chain', got {reading!r}")
     hist = run.history
@@ -486,7 +488,16 @@ def bound_vs_observed(
     e_srv = np.asarray(run.rounds["server_model_error"], dtype=np.float64)
     E = np.zeros((R, M + 1))
     E[:, 0] = e_srv
-    E[:, 1:] = (e_emb / M if split == "equal" else e_emb)[:, None]
+    if split == "party":
+        by_party = run.rounds.get("embedding_error_by_party")
+        if by_party is None or len(by_party) != R:
+            raise ValueError(
+                "the run has no per-party compression errors (saved by an older version): "
+                "use split='equal' or split='max'"
+            )
+        E[:, 1:] = np.asarray(by_party, dtype=np.float64).reshape(R, M)
+    else:
+        E[:, 1:] = (e_emb / M if split == "equal" else e_emb)[:, None]
     f0, fT = float(hist[0]["train_loss"]), float(hist[-1]["train_loss"])
     F_gap = max(0.0, f0 - fT)
     Hs = constants.H if reading == "literal" else constants.H_emb

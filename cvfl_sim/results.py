@@ -101,8 +101,9 @@ class RunResult:
         previous row (``embedding_error`` the parties' part, ``server_model_error`` the
         :math:`m = 0` part), ``train_loss`` the full training loss :math:`F(\Theta)`.
     rounds : dict of list
-        Per-round log: ``bits`` (total of the round), ``embedding_error``, ``server_model_error``,
-        ``lr``.
+        Per-round log: ``bits`` (total of the round), ``embedding_error`` (the parties' total),
+        ``embedding_error_by_party`` (one list of :math:`\|\varepsilon_m^{t_0}\|_F^2`,
+        :math:`m = 1..M`, per round), ``server_model_error``, ``lr``.
     summary : dict
         Ledger totals, wall time, final and best metrics.
     models : dict or None
@@ -113,7 +114,7 @@ class RunResult:
     config: dict[str, Any]
     dataset: dict[str, Any]
     history: list[dict[str, Any]] = field(default_factory=list)
-    rounds: dict[str, list[float]] = field(default_factory=dict)
+    rounds: dict[str, list[Any]] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
     models: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 

@@ -10,6 +10,7 @@ from cvfl_sim import train
 from cvfl_sim.algorithm import CVFLConfig
 from cvfl_sim.bound_check import bound_vs_observed, estimate_constants
 from cvfl_sim.data import load_dataset
+from cvfl_sim.results import RunResult
 from cvfl_theory.compressors import ScalarQuantizer
 
 torch.set_num_threads(1)
@@ -72,6 +73,29 @@ def test_compression_term_zero_for_identity_positive_for_quantizer(runs):
         assert "ratio bound/observed" in chk.column("quantity")
     # "max" split over-estimates every sum_{j != m} E_j: never a smaller term 3
     assert bound_vs_observed(run_q, c_q, split="max").terms.compression >= chk_q.terms.compression
+
+
+def test_per_party_errors_are_logged_and_used(runs):
+    _, run_q, c_q = runs["scalar2"]
+    by_party = np.asarray(run_q.rounds["embedding_error_by_party"])
+    total = np.asarray(run_q.rounds["embedding_error"])
+    M = len(c_q.G) - 1
+    assert by_party.shape == (total.size, M)
+    assert np.all(by_party > 0)  # a 2-bit quantizer errs on every party every round
+    assert np.allclose(by_party.sum(axis=1), total, rtol=1e-12, atol=0)
+    party = bound_vs_observed(run_q, c_q)  # default: each party's own errors
+    assert party.terms.compression <= bound_vs_observed(run_q, c_q, split="max").terms.compression
+    # an older run without the per-party log: "party" refuses, "equal" still works
+    old = RunResult(
+        run_q.config,
+        run_q.dataset,
+        run_q.history,
+        {k: v for k, v in run_q.rounds.items() if k != "embedding_error_by_party"},
+        run_q.summary,
+    )
+    with pytest.raises(ValueError, match="per-party"):
+        bound_vs_observed(old, c_q)
+    assert bound_vs_observed(old, c_q, split="equal").terms.compression > 0
 
 
 def test_refuses_run_without_grad_norms(ds, runs):

@@ -23,7 +23,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--dataset", default="breast-cancer", help="built-in data set")
     add_run_arguments(p, Q=1, lr=0.01, embedding_size=4, compressor="scalar")
-    p.add_argument("--split", choices=["equal", "max"], default="equal")
+    p.add_argument(
+        "--split",
+        choices=["party", "equal", "max"],
+        default="party",
+        help="parties' errors: each its own (default), the total shared equally, or charged to each",
+    )
     p.add_argument("--reading", choices=["literal", "chain"], default="literal")
     p.set_defaults(func=run)
     return p
