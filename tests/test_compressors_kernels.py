@@ -342,3 +342,67 @@ def test_minmax_range_beyond_float32_is_refused_fixed_range_clips(comp):
     assert c.n_clipped == 2  # 1e300 and 2.0
     with pytest.raises(ValueError, match="2 entries outside the fixed range"):
         type(comp)(3, range=(-1.0, 1.0), out_of_range="raise").compress(x, rng=0)
+
+
+def _baseline_build(tmp_path_factory):
+    """The kernels compiled again for baseline x86-64 (SSE2, no clones), or None if impossible."""
+    import importlib.util
+    import shutil
+    import subprocess
+    import sysconfig
+    from pathlib import Path
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    src = Path(_kernels.__file__).with_name("_kernels.c")
+    if cc is None or not src.exists():
+        return None
+    out = tmp_path_factory.mktemp("baseline") / (
+        "_kernels" + sysconfig.get_config_var("EXT_SUFFIX")
+    )
+    cmd = [cc, "-shared", "-fPIC", "-O2", "-ffp-contract=off", "-fno-strict-aliasing"]
+    cmd += ["-DCVFL_NO_CLONES", f"-I{sysconfig.get_paths()['include']}", str(src), "-o", str(out)]
+    if subprocess.run(cmd, capture_output=True).returncode != 0:
+        return None
+    spec = importlib.util.spec_from_file_location("_kernels", out)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    mod = _baseline_build(tmp_path_factory)
+    if mod is None:
+        pytest.skip("no C compiler to build the baseline kernels")
+    return mod
+
+
+@pytest.mark.parametrize("P", [256, 77])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_vectorized_build_and_baseline_build_give_the_same_bits(baseline, P, dtype):
+    """The determinism claim: the installed build (AVX-512/AVX2 clones where the CPU has them)
+    and a plain -O2 build without clones produce bit-identical indices and outputs."""
+    B = 300
+    x = np.random.default_rng(P).standard_normal((B, P)).astype(dtype)
+    xt = 1 if dtype == np.float32 else 2
+    cb = HexLatticeQuantizer(3)._kernel_param
+    res = []
+    for mod in (_kernels, baseline):
+        lo, hi = np.empty(B), np.empty(B)
+        idx = np.empty((B, P), np.uint16)
+        y = np.empty((B, P), dtype)
+        counts = mod.scalar_quantize(x, xt, B, P, True, lo, hi, 1023, True, 77, idx, 4, y, xt)
+        hidx = np.empty((B, (P + 1) // 2), np.uint8)
+        hy = np.empty((B, P), dtype)
+        mod.hex_quantize(x, xt, B, P, False, np.array([-4.0]), np.array([4.0]), cb, True, 5,
+                         hidx, 3, hy, xt)  # fmt: skip
+        dq = np.empty((B, P), dtype)
+        mod.hex_dequantize(hidx, 3, B, P, np.array([-4.0]), np.array([4.0]), cb, True, 5, dq, xt)
+        cols, vals = np.empty((B, 9), np.int32), np.empty((B, 9), dtype)
+        mod.topk_select(x, xt, B, P, 9, cols, vals)
+        res.append((counts, lo, hi, idx, y, hidx, hy, dq, cols, vals))
+    for a, b in zip(*res):
+        if isinstance(a, np.ndarray):
+            assert a.tobytes() == b.tobytes()
+        else:
+            assert a == b
