@@ -569,8 +569,8 @@ typedef struct {
 
 /* Dither of the pairs g0 .. g0 + n - 1 (Cartesian, unit box) into ux, uy. */
 CVFL_CLONES
-static void hex_dither_block(uint64_t seed, int64_t g0, Py_ssize_t n, double a, double *ux,
-                             double *uy) {
+static void hex_dither_block(uint64_t seed, int64_t g0, Py_ssize_t n, double a,
+                             double *RESTRICT ux, double *RESTRICT uy) {
     for (Py_ssize_t p = 0; p < n; p++) {
         hex_dither(mix64(seed + (uint64_t)(g0 + p + 1) * GAMMA), a, &ux[p], &uy[p]);
     }
@@ -578,8 +578,9 @@ static void hex_dither_block(uint64_t seed, int64_t g0, Py_ssize_t n, double a, 
 
 /* Codeword indices of the points (X + ux, Y + uy) of the centred unit box. */
 CVFL_CLONES
-static void hex_nearest_block(const double *X, const double *Y, const double *ux,
-                              const double *uy, Py_ssize_t n, const hexcode *hc, int32_t *k) {
+static void hex_nearest_block(const double *RESTRICT X, const double *RESTRICT Y,
+                              const double *RESTRICT ux, const double *RESTRICT uy, Py_ssize_t n,
+                              const hexcode *hc, int32_t *RESTRICT k) {
     const double ia = 1.0 / hc->a, isa = 1.0 / (SQRT3 * hc->a);
     const double imax = (double)(hc->width - 1), jmax = (double)(hc->rows - 1);
     const double i0 = hc->i0, j0 = hc->j0;
@@ -601,9 +602,10 @@ static void hex_nearest_block(const double *X, const double *Y, const double *ux
 /* Reconstruct: y[2p] = (px[k] - ux) sp + md, y[2p + 1] likewise for p < half. */
 #define DEFINE_HEX_OUT(NAME, YT)                                                                \
     CVFL_CLONES                                                                                \
-    static void NAME(const int32_t *k, const double *ux, const double *uy, Py_ssize_t n,       \
-                     Py_ssize_t half, const hexcode *hc, double sp, double md, YT *y) {         \
-        const double *px = hc->px, *py = hc->py;                                               \
+    static void NAME(const int32_t *RESTRICT k, const double *RESTRICT ux,                     \
+                     const double *RESTRICT uy, Py_ssize_t n,                                  \
+                     Py_ssize_t half, const hexcode *hc, double sp, double md, YT *RESTRICT y) {\
+        const double *RESTRICT px = hc->px, *RESTRICT py = hc->py;                             \
         Py_ssize_t m = n < half ? n : half;                                                    \
         for (Py_ssize_t p = 0; p < m; p++) {                                                   \
             y[2 * p] = (YT)((px[k[p]] - ux[p]) * sp + md);                                     \
@@ -620,7 +622,8 @@ DEFINE_HEX_OUT(hex_out_f64, double)
 #define DEFINE_HEX_IN(NAME, XT)                                                                 \
     CVFL_CLONES                                                                                \
     static void NAME(const XT *xr, Py_ssize_t n, Py_ssize_t half, double l, double h,          \
-                     double s, double *X, double *Y, int64_t *nclip, int64_t *nbad) {          \
+                     double s, double *RESTRICT X, double *RESTRICT Y, int64_t *nclip,         \
+                     int64_t *nbad) {                                                          \
         int64_t clip = 0, bad = 0;                                                             \
         Py_ssize_t m = n < half ? n : half;                                                    \
         for (Py_ssize_t p = 0; p < m; p++) {                                                   \
@@ -672,6 +675,7 @@ DEFINE_HEX_LOAD(hex_load_u16, uint16_t)
    x == NULL the indices idx are read (decompress; counts[1] = indices outside the codebook);
    else they are computed (and stored if idx; counts = clipped, non-finite entries). With y the
    reconstruction is written. xt/yt: T_F32 or T_F64; it: T_U8 or T_U16. */
+CVFL_CLONES
 static void hex_run(const void *x, int xt, Py_ssize_t B, Py_ssize_t P, int rowmode,
                     rowparam lo, rowparam hi, const hexcode *hc, int dither, uint64_t seed,
                     void *idx, int it, void *y, int yt, int64_t *counts) {
