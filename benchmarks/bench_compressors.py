@@ -15,8 +15,8 @@ multi-threaded ``clone`` on a shared 2-core machine is erratic (0.2 to 11 ms obs
 
 The kernels (``cvfl_theory/_kernels.c``) are compiled with AVX-512, AVX2 and baseline x86-64
 clones chosen at run time; the ratios above were met with the AVX-512 clone, and the line
-``cpu:`` says which instruction sets this machine has (an AVX2-only machine is markedly slower
-on the 64-bit multiplies of the dither generator and the lattice kernels).
+``cpu:`` says which instruction sets this machine has (an AVX2-only machine runs the 64-bit
+lanes of the dither generator and the lattice kernels at half the width, or emulated).
 
 Run ``PYTHONPATH=/path/to/other/checkout python benchmarks/bench_compressors.py`` to measure
 another version of the package under the same conditions (before/after comparisons).

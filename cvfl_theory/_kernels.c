@@ -8,12 +8,14 @@
  * buffer sizes and contiguity (a mismatch raises ValueError/BufferError, never a crash).
  *
  * Shared dither (the definition both sides follow):
- *   w_n = mix64(seed + (n + 1) * 0x9E3779B97F4A7C15), n = 0, 1, 2, ...   (the SplitMix64 stream)
- *   mix64(z) = z ^ z>>30, * 0xBF58476D1CE4E5B9, ^ >>27, * 0x94D049BB133111EB, ^ >>31 (mod 2^64)
+ *   stream: xoshiro256** on 16 lanes; lane l starts from the SplitMix64 outputs
+ *       w_{4l} .. w_{4l+3} of the message seed, w_n = mix64(seed + (n + 1) * 0x9E3779B97F4A7C15),
+ *       mix64(z) = z ^ z>>30, * 0xBF58476D1CE4E5B9, ^ >>27, * 0x94D049BB133111EB, ^ >>31;
+ *       stream word n = output of lane n mod 16 at its step n div 16 (see stream_steps)
  *   scalar quantizer, entry e = b P + c of the (B, P) matrix:  h_e = 32-bit half (e & 1) of
- *       w_{e >> 1} (half 0 = low bits), U_e = (h_e + 1/2) 2^-32, uniform on 2^32 midpoints of (0,1)
+ *       stream word e >> 1 (half 0 = low bits), U_e = (h_e + 1/2) 2^-32 on 2^32 midpoints of (0,1)
  *   hexagonal quantizer, pair p = b ceil(P/2) + i:  (alpha, beta) = midpoints of the 2^-23 grid
- *       given by the top 23 bits of the low and high halves of w_p (see hex_dither).
+ *       given by the top 23 bits of the low and high halves of stream word p (see hex_dither).
  *
  * Floating-point determinism: only correctly rounded operations (+ - * /, conversions) are used,
  * in a fixed order, and the module is compiled with -ffp-contract=off (no fused multiply-adds), so
@@ -37,6 +39,7 @@
 #if defined(__GNUC__) || defined(__clang__)
 #define CTZ64(x) __builtin_ctzll(x)
 #define RESTRICT __restrict__
+#define ALWAYS_INLINE inline __attribute__((always_inline))
 #else
 static inline int CTZ64(uint64_t x) { /* x != 0 */
     int n = 0;
@@ -44,6 +47,7 @@ static inline int CTZ64(uint64_t x) { /* x != 0 */
     return n;
 }
 #define RESTRICT
+#define ALWAYS_INLINE inline
 #endif
 
 #define GAMMA 0x9E3779B97F4A7C15ULL
@@ -67,20 +71,128 @@ static inline double round_even(double v) {
     return (v + magic) - magic;
 }
 
-/* The 32-bit dither words h_e for e = e0 .. e0 + n - 1 (n <= BLOCK) into out[0 .. n). */
-CVFL_CLONES
-static void dither_words(uint64_t seed, int64_t e0, int64_t n, uint32_t *out) {
-    int64_t first = e0 >> 1, last = (e0 + n - 1) >> 1;
-    uint64_t buf[BLOCK / 2 + 1];
-    for (int64_t j = first; j <= last; j++) buf[j - first] = mix64(seed + (uint64_t)(j + 1) * GAMMA);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(out, (const uint32_t *)buf + (e0 & 1), (size_t)n * sizeof(uint32_t)); /* low half first */
-#else
-    for (int64_t e = e0; e < e0 + n; e++) {
-        uint64_t w = buf[(e >> 1) - first];
-        out[e - e0] = (uint32_t)((e & 1) ? w >> 32 : w);
+/* ---- the shared dither stream ----------------------------------------------------------------
+   xoshiro256** (Blackman & Vigna, 2018) on LANES = 16 independent lanes; lane l starts from the
+   SplitMix64 outputs w_{4l} .. w_{4l+3} of the message seed. Word n of the stream is the output of
+   lane n mod 16 at its step n div 16. Sender and receiver consume the words in the same order
+   (entries, or pairs, in row-major order), so both see the same dither. The generator needs no
+   multiplication (x5 and x9 are shift-adds), which is what makes it cheap on vectors. */
+#define LANES 16
+
+typedef struct {
+    uint64_t s0[LANES], s1[LANES], s2[LANES], s3[LANES];
+    uint64_t buf[LANES]; /* the last step's words */
+    int pos;             /* next unread word of buf (LANES: none) */
+    int has_half;        /* a high half left over by stream_halves */
+    uint32_t half;
+} stream_t;
+
+static inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static void stream_init(stream_t *st, uint64_t seed) {
+    for (int l = 0; l < LANES; l++) {
+        st->s0[l] = mix64(seed + (uint64_t)(4 * l + 1) * GAMMA);
+        st->s1[l] = mix64(seed + (uint64_t)(4 * l + 2) * GAMMA);
+        st->s2[l] = mix64(seed + (uint64_t)(4 * l + 3) * GAMMA);
+        st->s3[l] = mix64(seed + (uint64_t)(4 * l + 4) * GAMMA);
     }
+    st->pos = LANES;
+    st->has_half = 0;
+    st->half = 0;
+}
+
+/* `steps` steps of every lane, outputs in stream order into out[0 .. steps * LANES). The state
+   lives in registers: two 8-lane vectors per state word (GCC/clang vector extensions; a plain
+   loop over the lanes elsewhere, or with -DCVFL_NO_VECTOR_EXT -- same arithmetic, same bits). */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(CVFL_NO_VECTOR_EXT)
+typedef uint64_t u64x8 __attribute__((vector_size(64)));
+
+#define XOSHIRO_STEP(a, b, c, d, o)                                                              \
+    do {                                                                                       \
+        u64x8 r_ = (b << 2) + b;     /* s1 * 5 */                                              \
+        r_ = (r_ << 7) | (r_ >> 57); /* rotl 7 */                                              \
+        r_ = (r_ << 3) + r_;         /* * 9 */                                                 \
+        memcpy((o), &r_, sizeof r_);                                                           \
+        u64x8 t_ = b << 17;                                                                    \
+        c ^= a;                                                                                \
+        d ^= b;                                                                                \
+        b ^= c;                                                                                \
+        a ^= d;                                                                                \
+        c ^= t_;                                                                               \
+        d = (d << 45) | (d >> 19);                                                             \
+    } while (0)
+
+static ALWAYS_INLINE void stream_steps(stream_t *st, Py_ssize_t steps, uint64_t *RESTRICT out) {
+    u64x8 a0, a1, b0, b1, c0, c1, d0, d1;
+    memcpy(&a0, st->s0, 64), memcpy(&a1, st->s0 + 8, 64);
+    memcpy(&b0, st->s1, 64), memcpy(&b1, st->s1 + 8, 64);
+    memcpy(&c0, st->s2, 64), memcpy(&c1, st->s2 + 8, 64);
+    memcpy(&d0, st->s3, 64), memcpy(&d1, st->s3 + 8, 64);
+    for (Py_ssize_t k = 0; k < steps; k++) {
+        XOSHIRO_STEP(a0, b0, c0, d0, out + k * LANES);
+        XOSHIRO_STEP(a1, b1, c1, d1, out + k * LANES + 8);
+    }
+    memcpy(st->s0, &a0, 64), memcpy(st->s0 + 8, &a1, 64);
+    memcpy(st->s1, &b0, 64), memcpy(st->s1 + 8, &b1, 64);
+    memcpy(st->s2, &c0, 64), memcpy(st->s2 + 8, &c1, 64);
+    memcpy(st->s3, &d0, 64), memcpy(st->s3 + 8, &d1, 64);
+}
+#else
+static ALWAYS_INLINE void stream_steps(stream_t *st, Py_ssize_t steps, uint64_t *RESTRICT out) {
+    for (Py_ssize_t k = 0; k < steps; k++) {
+        for (int l = 0; l < LANES; l++) {
+            uint64_t b = st->s1[l];
+            uint64_t r = rotl64((b << 2) + b, 7); /* rotl(s1 * 5, 7) */
+            out[k * LANES + l] = (r << 3) + r;    /* * 9 */
+            uint64_t t = b << 17;
+            st->s2[l] ^= st->s0[l];
+            st->s3[l] ^= b;
+            st->s1[l] = b ^ st->s2[l];
+            st->s0[l] ^= st->s3[l];
+            st->s2[l] ^= t;
+            st->s3[l] = rotl64(st->s3[l], 45);
+        }
+    }
+}
 #endif
+
+/* The next n words of the stream. */
+CVFL_CLONES
+static void stream_words(stream_t *st, uint64_t *RESTRICT out, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n && st->pos < LANES) out[i++] = st->buf[st->pos++];
+    Py_ssize_t full = (n - i) / LANES;
+    if (full > 0) {
+        stream_steps(st, full, out + i);
+        i += full * LANES;
+    }
+    if (i < n) {
+        stream_steps(st, 1, st->buf);
+        st->pos = 0;
+        while (i < n) out[i++] = st->buf[st->pos++];
+    }
+}
+
+/* The next n 32-bit halves (low half of each word first), n <= BLOCK. */
+CVFL_CLONES
+static void stream_halves(stream_t *st, uint32_t *RESTRICT out, Py_ssize_t n) {
+    uint64_t w[BLOCK / 2 + 1];
+    Py_ssize_t i = 0;
+    if (n > 0 && st->has_half) {
+        out[i++] = st->half;
+        st->has_half = 0;
+    }
+    Py_ssize_t nw = (n - i + 1) / 2;
+    stream_words(st, w, nw);
+    for (Py_ssize_t j = 0; j < (n - i) / 2; j++) {
+        out[i + 2 * j] = (uint32_t)w[j];
+        out[i + 2 * j + 1] = (uint32_t)(w[j] >> 32);
+    }
+    if ((n - i) & 1) {
+        out[n - 1] = (uint32_t)w[nw - 1];
+        st->half = (uint32_t)(w[nw - 1] >> 32);
+        st->has_half = 1;
+    }
 }
 
 /* ------------------------------------------------------------------------------------------- */
@@ -330,12 +442,12 @@ static inline void scalar_consts(double l, double h, int32_t L, double *inv, dou
         for (Py_ssize_t b0 = 0; b0 < (B); b0 += rows_) {                                       \
             Py_ssize_t b1 = b0 + rows_ < (B) ? b0 + rows_ : (B);                               \
             Py_ssize_t g0 = b0 * (P), gn = (P) <= BLOCK ? (b1 - b0) * (P) : 0;                 \
-            if (dither && gn) dither_words(seed, g0, gn, h32);                                 \
+            if (dither && gn) stream_halves(&st, h32, gn);                                     \
             for (Py_ssize_t b = b0; b < b1; b++) {                                             \
                 for (Py_ssize_t c0 = 0; c0 < (P); c0 += BLOCK) {                               \
                     Py_ssize_t n = (P) - c0 < BLOCK ? (P) - c0 : BLOCK;                        \
                     Py_ssize_t e0 = b * (P) + c0, hoff = gn ? e0 - g0 : 0;                     \
-                    if (dither && !gn) dither_words(seed, e0, n, h32);                         \
+                    if (dither && !gn) stream_halves(&st, h32, n);                             \
                     __VA_ARGS__                                                                \
                 }                                                                              \
             }                                                                                  \
@@ -348,6 +460,8 @@ static inline void scalar_consts(double l, double h, int32_t L, double *inv, dou
                      rowparam hi, int32_t L, int dither, uint64_t seed, IT *idx, YT *y,        \
                      int64_t *nclip, int64_t *nbad) {                                          \
         uint32_t h32[BLOCK];                                                                   \
+        stream_t st;                                                                           \
+        stream_init(&st, seed);                                                                \
         int64_t clip = 0, bad = 0;                                                             \
         Py_ssize_t cur = -1;                                                                   \
         double l = 0, h = 0, s = 0, d = 0;                                                     \
@@ -381,6 +495,8 @@ DEFINE_SCALAR_Q(sq_f64_u16_f64, double, uint16_t, double, row_range_f64)
     static void NAME(const IT *idx, Py_ssize_t B, Py_ssize_t P, rowparam lo, rowparam hi,      \
                      int32_t L, int dither, uint64_t seed, YT *y) {                            \
         uint32_t h32[BLOCK];                                                                   \
+        stream_t st;                                                                           \
+        stream_init(&st, seed);                                                                \
         FOR_CHUNKS(B, P, {                                                                     \
             const double l = ROW(lo, b), h = ROW(hi, b);                                       \
             double s, d;                                                                       \
@@ -567,13 +683,13 @@ typedef struct {
 
 #define HB 512 /* pairs per block (scratch on the stack) */
 
-/* Dither of the pairs g0 .. g0 + n - 1 (Cartesian, unit box) into ux, uy. */
+/* Dither of the next n pairs (Cartesian, unit box) into ux, uy: one stream word per pair. */
 CVFL_CLONES
-static void hex_dither_block(uint64_t seed, int64_t g0, Py_ssize_t n, double a,
-                             double *RESTRICT ux, double *RESTRICT uy) {
-    for (Py_ssize_t p = 0; p < n; p++) {
-        hex_dither(mix64(seed + (uint64_t)(g0 + p + 1) * GAMMA), a, &ux[p], &uy[p]);
-    }
+static void hex_dither_block(stream_t *st, Py_ssize_t n, double a, double *RESTRICT ux,
+                             double *RESTRICT uy) {
+    uint64_t w[HB];
+    stream_words(st, w, n);
+    for (Py_ssize_t p = 0; p < n; p++) hex_dither(w[p], a, &ux[p], &uy[p]);
 }
 
 /* Codeword indices of the points (X + ux, Y + uy) of the centred unit box. */
@@ -682,6 +798,8 @@ static void hex_run(const void *x, int xt, Py_ssize_t B, Py_ssize_t P, int rowmo
     const Py_ssize_t npairs = (P + 1) / 2;
     double X[HB], Y[HB], ux[HB], uy[HB];
     int32_t k[HB];
+    stream_t st;
+    stream_init(&st, seed);
     counts[0] = counts[1] = 0;
     for (Py_ssize_t b = 0; b < B; b++) {
         double l, h, s, sp, md;
@@ -697,7 +815,7 @@ static void hex_run(const void *x, int xt, Py_ssize_t B, Py_ssize_t P, int rowmo
             Py_ssize_t half = P / 2 - p0; /* full pairs from p0 on */
             Py_ssize_t g0 = b * npairs + p0;
             if (dither) {
-                hex_dither_block(seed, g0, n, hc->a, ux, uy);
+                hex_dither_block(&st, n, hc->a, ux, uy);
             } else {
                 memset(ux, 0, (size_t)n * sizeof(double));
                 memset(uy, 0, (size_t)n * sizeof(double));
@@ -866,7 +984,8 @@ done:
     return ret;
 }
 
-/* hex_dither(seed, g0, n, a, ux, uy): the hexagonal quantizer's dither of pairs g0 .. g0+n-1. */
+/* hex_dither(seed, g0, n, a, ux, uy): the hexagonal quantizer's dither of pairs g0 .. g0+n-1
+   (the stream is generated from its start: for tests and documentation). */
 static PyObject *py_hex_dither(PyObject *self, PyObject *args) {
     unsigned long long seed;
     Py_ssize_t g0, n;
@@ -882,9 +1001,15 @@ static PyObject *py_hex_dither(PyObject *self, PyObject *args) {
     PyObject *ret = NULL;
     if (get_buffer(uxo, &uxv, 1, T_F64, n, "ux", 0) < 0) goto done;
     if (get_buffer(uyo, &uyv, 1, T_F64, n, "uy", 0) < 0) goto done;
-    for (Py_ssize_t s0 = 0; s0 < n; s0 += HB)
-        hex_dither_block((uint64_t)seed, g0 + s0, n - s0 < HB ? n - s0 : HB, a,
-                         (double *)uxv.buf + s0, (double *)uyv.buf + s0);
+    {
+        stream_t st;
+        stream_init(&st, (uint64_t)seed);
+        uint64_t skip[HB];
+        for (Py_ssize_t s0 = 0; s0 < g0; s0 += HB) stream_words(&st, skip, g0 - s0 < HB ? g0 - s0 : HB);
+        for (Py_ssize_t s0 = 0; s0 < n; s0 += HB)
+            hex_dither_block(&st, n - s0 < HB ? n - s0 : HB, a, (double *)uxv.buf + s0,
+                             (double *)uyv.buf + s0);
+    }
     ret = Py_None;
     Py_INCREF(ret);
 done:
@@ -892,7 +1017,8 @@ done:
     return ret;
 }
 
-/* dither_words(seed, e0, n, out uint32): the scalar quantizer's words h_e (for tests/docs). */
+/* dither_words(seed, e0, n, out uint32): the scalar quantizer's words h_e, e = e0 .. e0+n-1
+   (the stream is generated from its start: for tests and documentation). */
 static PyObject *py_dither_words(PyObject *self, PyObject *args) {
     unsigned long long seed;
     Py_ssize_t e0, n;
@@ -905,8 +1031,12 @@ static PyObject *py_dither_words(PyObject *self, PyObject *args) {
     Py_buffer ov;
     if (get_buffer(outo, &ov, 1, T_I32, n, "out", 0) < 0) return NULL;
     uint32_t *out = ov.buf;
+    stream_t st;
+    stream_init(&st, (uint64_t)seed);
+    uint32_t skip[BLOCK];
+    for (Py_ssize_t s = 0; s < e0; s += BLOCK) stream_halves(&st, skip, e0 - s < BLOCK ? e0 - s : BLOCK);
     for (Py_ssize_t s = 0; s < n; s += BLOCK)
-        dither_words((uint64_t)seed, e0 + s, n - s < BLOCK ? n - s : BLOCK, out + s);
+        stream_halves(&st, out + s, n - s < BLOCK ? n - s : BLOCK);
     release(&ov);
     Py_RETURN_NONE;
 }
@@ -1118,13 +1248,14 @@ done:
     "and one final rounding to the output dtype. Only correctly rounded operations are used "  \
     "and the module is built with ``-ffp-contract=off``, so every build (AVX-512, AVX2 or "     \
     "baseline x86-64 clone, any machine) gives the same bits.\n\n"                              \
-    "**Shared dither.** :math:`w_n` is the SplitMix64 stream of the message seed: "             \
-    ":math:`w_n = \\mathrm{mix64}(\\mathrm{seed} + (n + 1)\\,\\gamma)`, "                          \
-    ":math:`\\gamma` = ``0x9E3779B97F4A7C15``. The scalar quantizer gives entry :math:`e` of the " \
-    "row-major matrix :math:`U_e = (h_e + 1/2)\\,2^{-32}`, :math:`h_e` the 32-bit half "           \
-    ":math:`e \\bmod 2` (low half first) of :math:`w_{\\lfloor e/2 \\rfloor}`; the hexagonal "       \
-    "quantizer gives pair :math:`p` the top 23 bits of both halves of :math:`w_p` (see "        \
-    ":class:`~cvfl_theory.compressors.HexLatticeQuantizer`).\n\n"                               \
+    "**Shared dither.** The stream :math:`w_0, w_1, \\dots` of the message seed is "            \
+    "``xoshiro256**`` (Blackman and Vigna) run on 16 lanes, word :math:`n` being lane "              \
+    ":math:`n \\bmod 16` at its step :math:`\\lfloor n/16 \\rfloor`; lane :math:`l` starts from " \
+    "the SplitMix64 outputs :math:`4l, \\dots, 4l+3` of the seed. The scalar quantizer gives "   \
+    "entry :math:`e` of the row-major matrix :math:`U_e = (h_e + 1/2)\\,2^{-32}`, :math:`h_e` "   \
+    "the 32-bit half :math:`e \\bmod 2` (low half first) of :math:`w_{\\lfloor e/2 \\rfloor}`; "    \
+    "the hexagonal quantizer gives pair :math:`p` the top 23 bits of both halves of "           \
+    ":math:`w_p` (see :class:`~cvfl_theory.compressors.HexLatticeQuantizer`).\n\n"               \
     "**Ranges.** A min-max range is computed in the same pass (row minima and maxima, rounded " \
     "outwards to float32: what is sent); a given range clamps and counts clipped and "          \
     "non-finite entries. The functions are private: the compressors validate the arguments, "  \

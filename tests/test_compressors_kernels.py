@@ -1,7 +1,7 @@
 """The compiled compressor kernels (``cvfl_theory._kernels``).
 
 Checked against independent numpy oracles written here from the documented definitions (the
-SplitMix64 dither stream, the scalar quantizer's formulas, brute-force nearest codewords, a
+dither stream: xoshiro256** lanes seeded by SplitMix64, the scalar quantizer's formulas, brute-force nearest codewords, a
 stable-sort top-k), for the error laws of C5.1/C5.2, for float32/float64 agreement, and for
 ``roundtrip`` being bit-identical to ``decompress(compress(x))``.
 """
@@ -65,11 +65,38 @@ def splitmix64(seed, n):
     return z ^ (z >> np.uint64(31))
 
 
+def _rotl(x, k):
+    return (x << np.uint64(k)) | (x >> np.uint64(64 - k))
+
+
+def stream_words(seed, n):
+    """The first n words of the dither stream: xoshiro256** on 16 lanes (Blackman & Vigna's
+    reference algorithm), lane l seeded with SplitMix64 outputs 4l .. 4l+3; word n = lane n % 16
+    at step n // 16."""
+    s0, s1, s2, s3 = (a.copy() for a in splitmix64(seed, 64).reshape(16, 4).T)
+    steps = -(-n // 16)
+    out = np.empty((steps, 16), np.uint64)
+    for k in range(steps):
+        out[k] = _rotl(s1 * np.uint64(5), 7) * np.uint64(9)
+        t = s1 << np.uint64(17)
+        s2 ^= s0
+        s3 ^= s1
+        s1 ^= s2
+        s0 ^= s3
+        s2 ^= t
+        s3 = _rotl(s3, 45)
+    return out.ravel()[:n]
+
+
+def dither_halves(seed, n):
+    """The scalar quantizer's 32-bit words h_e: halves of the stream words, low half first."""
+    w = stream_words(seed, (n + 1) // 2)
+    return np.stack([w & np.uint64(0xFFFFFFFF), w >> np.uint64(32)], axis=1).ravel()[:n]
+
+
 def dither_units(seed, n):
-    """U_e = (h_e + 1/2) 2^-32, h_e the 32-bit half (e mod 2) of w_(e // 2), low half first."""
-    w = splitmix64(seed, (n + 1) // 2)
-    h = np.stack([w & np.uint64(0xFFFFFFFF), w >> np.uint64(32)], axis=1).ravel()[:n]
-    return (h.astype(np.float64) + 0.5) * 2.0**-32
+    """U_e = (h_e + 1/2) 2^-32."""
+    return (dither_halves(seed, n).astype(np.float64) + 0.5) * 2.0**-32
 
 
 def test_splitmix64_oracle_known_values():
@@ -82,13 +109,21 @@ def test_splitmix64_oracle_known_values():
 
 
 @pytest.mark.parametrize("e0,n", [(0, 1), (0, 10), (1, 7), (5, 4096), (12345, 3001)])
-def test_kernel_dither_words_are_the_splitmix64_stream(e0, n):
+def test_kernel_dither_words_are_the_documented_stream(e0, n):
     seed = 0xDEADBEEF12345
     out = np.empty(n, np.uint32)
     _kernels.dither_words(seed, e0, n, out)
-    w = splitmix64(seed, (e0 + n + 1) // 2 + 1)
-    h = np.stack([w & np.uint64(0xFFFFFFFF), w >> np.uint64(32)], axis=1).ravel()
-    assert np.array_equal(out, h[e0 : e0 + n].astype(np.uint32))
+    assert np.array_equal(out, dither_halves(seed, e0 + n)[e0:].astype(np.uint32))
+
+
+def test_dither_stream_words_are_uniform_and_uncorrelated():
+    w = stream_words(7, 1 << 16)
+    bits = ((w[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)).astype(np.float64)
+    # every bit is a fair coin (5 SE of a binomial proportion over 65536 words)
+    assert np.all(np.abs(bits.mean(axis=0) - 0.5) <= 5 * 0.5 / math.sqrt(w.size))
+    u = (w >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    assert stats.kstest(u, "uniform").pvalue > ALPHA
+    assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 5 / math.sqrt(u.size)
 
 
 @pytest.mark.parametrize("bits", [1, 3, 8, 12])
@@ -126,7 +161,7 @@ def test_hex_kernel_picks_the_nearest_codeword_brute_force(bits, P):
     t = np.full((40, 2 * npairs), 0.5)
     t[:, :P] = (x + 1.0) / 2.0
     t -= 0.5
-    w = splitmix64(c.seed, 40 * npairs).reshape(40, npairs)
+    w = stream_words(c.seed, 40 * npairs).reshape(40, npairs)
     # alpha, beta: top 23 bits of each 32-bit half, at the midpoints of a 2^-23 grid
     al = (((w & np.uint64(0xFFFFFFFF)) >> np.uint64(9)).astype(np.float64) + 0.5) * 2.0**-23
     be = ((w >> np.uint64(41)).astype(np.float64) + 0.5) * 2.0**-23

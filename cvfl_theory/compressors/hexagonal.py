@@ -81,7 +81,7 @@ class HexLatticeQuantizer(RangeQuantizer):
     Kernel: one compiled pass per side in float64 arithmetic for every input dtype, rounded once
     to the output dtype (:mod:`cvfl_theory._kernels`). Pair :math:`p` of the row-major
     :math:`(B, \lceil P/2\rceil)` pair array takes the top 23 bits of the two 32-bit halves of
-    the SplitMix64 output :math:`w_p` as :math:`(\alpha, \beta)`, midpoints of a
+    word :math:`p` of the dither stream as :math:`(\alpha, \beta)`, midpoints of a
     :math:`2^{-23}` grid of the rhombus, and reduces :math:`z = \alpha b_1 + \beta b_2` to the
     Voronoi cell exactly, in integer arithmetic: the dither is uniform on :math:`2^{46}` points of
     the cell, whose second moment differs from the continuous one by a relative
