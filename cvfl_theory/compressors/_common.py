@@ -132,7 +132,9 @@ def data_range(a: np.ndarray, spec: tuple[float, float] | str) -> tuple[np.ndarr
     return np.array([float(spec[0])]), np.array([float(spec[1])])
 
 
-def sent_fields(spec: tuple[float, float] | str, lo: np.ndarray, hi: np.ndarray) -> dict:
+def sent_fields(
+    spec: tuple[float, float] | str, lo: np.ndarray, hi: np.ndarray
+) -> dict[str, np.ndarray]:
     """The payload fields of the range (C5.5): float32 ``lo``/``hi`` in the min-max modes."""
     if isinstance(spec, str):
         return {"lo": lo.astype(np.float32), "hi": hi.astype(np.float32)}

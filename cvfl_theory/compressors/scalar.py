@@ -51,8 +51,9 @@ class ScalarQuantizer(RangeQuantizer):
     the row-major :math:`(B, P)` matrix uses :math:`U_e = (h_e + 1/2)\,2^{-32}` with :math:`h_e`
     the 32-bit half :math:`e \bmod 2` of word :math:`\lfloor e/2\rfloor` of the dither stream
     (``xoshiro256**`` on 16 lanes seeded by SplitMix64; see :mod:`cvfl_theory._kernels`), so
-    the error is uniform on a grid of :math:`2^{32}` points of :math:`[-\Delta/2, \Delta/2]`, second moment :math:`\Delta^2(1 - 2^{-64})/12` (the difference
-    is far below float64 resolution). Without dither the error is deterministic and
+    the error is uniform on a grid of :math:`2^{32}` points of :math:`[-\Delta/2, \Delta/2]`,
+    second moment :math:`\Delta^2(1 - 2^{-64})/12` (the difference is far below float64
+    resolution). Without dither the error is deterministic and
     ``expected_error(x)`` returns the exact error measured on ``x``. Clipped entries add their
     squared clipping distance to the exact error (the dither noise has zero mean and is
     independent of it).
