@@ -11,7 +11,6 @@ from .._validate import raise_not_finite
 from ..bitpack import BitReader, BitWriter
 
 __all__ = [
-    "RangeSpec",
     "parse_range",
     "data_range",
     "range_bits",
@@ -20,9 +19,6 @@ __all__ = [
     "kernel_dtype",
     "row_ranges",
 ]
-
-RangeSpec = Any
-"""``(lo, hi)`` or ``"minmax-row"`` or ``"minmax-tensor"``."""
 
 _MODES = ("minmax-row", "minmax-tensor")
 
