@@ -49,35 +49,63 @@ class ArrayKind:
 
 
 def to_numpy(x: Any, name: str = "X") -> tuple[np.ndarray, ArrayKind]:
-    """View ``x`` (numpy array, torch tensor or array-like) as a numpy array.
+    """View ``x`` (numpy array, torch tensor or array-like) as a C-contiguous numpy array.
+
+    The result is always C-contiguous: a contiguous input is returned as is (zero-copy), a
+    strided view, a transposed or Fortran-ordered array or a non-contiguous tensor is copied once.
+    Every reduction downstream then adds in an order fixed by the values alone, so the same values
+    and the same ``rng`` give the same bits whatever the caller's layout.
 
     Parameters
     ----------
     x : array_like or torch.Tensor
-        The input.
+        The input. A tensor that requires grad is detached (compression is never
+        differentiated); a tensor on the ``meta`` device (no data), a sparse or quantized tensor
+        and a numpy masked array are refused.
     name : str
         Argument name used in error messages.
 
     Returns
     -------
     array : numpy.ndarray
-        A numpy view (or copy, for non-CPU tensors and array-likes).
+        A C-contiguous numpy view (or copy).
     kind : ArrayKind
         Use ``kind.wrap(result)`` to return the caller's kind.
+
+    Raises
+    ------
+    TypeError
+        Complex, bfloat16, sparse or quantized tensors, masked arrays, unconvertible objects.
+    ValueError
+        A tensor on the ``meta`` device.
     """
     if is_torch(x):
+        device = str(x.device)
+        if x.device.type == "meta":
+            raise ValueError(
+                f"{name} is a tensor on the 'meta' device, which holds no values; pass a CPU or "
+                "accelerator tensor"
+            )
+        if x.layout != sys.modules["torch"].strided or x.is_quantized:
+            raise TypeError(f"{name} must be a dense tensor, got layout {x.layout}")
         t = x.detach()
-        device = str(t.device)
         if t.dtype.is_complex:
             raise TypeError(f"{name} must be real-valued, got a complex tensor of dtype {t.dtype}")
         if str(t.dtype) == "torch.bfloat16":
             raise TypeError(f"{name} has dtype torch.bfloat16; use float16, float32 or float64")
-        return t.cpu().numpy(), ArrayKind(torch=True, device=device)
+        t = t.cpu().resolve_conj().resolve_neg()
+        return np.asarray(t.numpy(), order="C"), ArrayKind(torch=True, device=device)
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(
+            f"{name} is a masked array: its masked entries would be used as data; pass "
+            f"{name}.filled(value) or {name}.compressed() explicitly"
+        )
     if isinstance(x, np.ndarray):
-        return x, ArrayKind()
+        return np.asarray(x, order="C"), ArrayKind()
     try:
-        return np.asarray(x), ArrayKind()
+        return np.asarray(x, order="C"), ArrayKind()
     except Exception as exc:  # pragma: no cover - depends on the foreign object
         raise TypeError(
-            f"{name} must be a numpy array or torch tensor, got {type(x).__name__}"
-        ) from exc
+            f"{name} must be a numpy array, a torch tensor or a rectangular nested list of "
+            f"numbers; got {type(x).__name__} ({exc})"
+        ) from None

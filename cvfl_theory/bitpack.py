@@ -35,6 +35,7 @@ _UINT_BE: dict[int, np.dtype] = {
     64: np.dtype(">u8"),
 }
 _CHUNK = 1 << 16
+_READ_CHUNK_BITS = 1 << 20
 
 
 def float_dtype(r: int) -> np.dtype:
@@ -130,6 +131,10 @@ class BitWriter:
 class BitReader:
     """Read fields written by :class:`BitWriter`, in the same order.
 
+    Every read checks that the message holds the bits it asks for *before* allocating anything,
+    and the temporary memory of a read is bounded (bits are unpacked in chunks of at most
+    ``2**20``), so the work and memory of parsing a hostile message are bounded by its length.
+
     Raises
     ------
     ValueError
@@ -138,6 +143,8 @@ class BitReader:
 
     def __init__(self, data: bytes | bytearray | memoryview, start_bit: int = 0) -> None:
         self._buf = np.frombuffer(data, np.uint8)
+        if not 0 <= start_bit <= 8 * int(self._buf.size):
+            raise ValueError(f"message truncated: {8 * self._buf.size} bits, start at {start_bit}")
         self.pos = start_bit
 
     @property
@@ -145,11 +152,28 @@ class BitReader:
         """Total number of bits available."""
         return 8 * int(self._buf.size)
 
-    def _take_bits(self, n: int) -> np.ndarray:
-        if self.pos + n > self.nbits:
+    @property
+    def remaining(self) -> int:
+        """Bits not read yet."""
+        return self.nbits - self.pos
+
+    def require(self, n: int, what: str = "fields") -> None:
+        """Raise ``ValueError`` unless at least ``n`` more bits are available (``what`` names them)."""
+        if n < 0 or self.pos + n > self.nbits:
             raise ValueError(
-                f"message truncated: needed {n} more bits at bit {self.pos}, have {self.nbits}"
+                f"message truncated: {what} need {n} more bits at bit {self.pos}, "
+                f"have {self.nbits - self.pos}"
             )
+
+    def padding_is_zero(self) -> bool:
+        """True if the bits after :attr:`pos` up to the next byte boundary are all zero."""
+        if self.pos % 8 == 0 or self.pos >= self.nbits:
+            return True
+        byte = int(self._buf[self.pos // 8])
+        return byte & ((1 << (8 - self.pos % 8)) - 1) == 0
+
+    def _take_bits(self, n: int) -> np.ndarray:
+        self.require(n)
         first, last = self.pos // 8, (self.pos + n + 7) // 8
         bits = np.unpackbits(self._buf[first:last])
         off = self.pos - 8 * first
@@ -157,30 +181,45 @@ class BitReader:
         return bits[off : off + n]
 
     def _take_bytes(self, n: int) -> np.ndarray:
-        if self.pos + 8 * n > self.nbits:
-            raise ValueError(
-                f"message truncated: needed {8 * n} more bits at bit {self.pos}, have {self.nbits}"
-            )
+        self.require(8 * n)
         b = self._buf[self.pos // 8 : self.pos // 8 + n]
         self.pos += 8 * n
         return b
 
-    def read_uint(self, count: int, width: int) -> np.ndarray:
-        """Read ``count`` unsigned integers of ``width`` bits; returns ``uint64``."""
+    def read_uint(self, count: int, width: int, dtype: type | np.dtype = np.uint64) -> np.ndarray:
+        """Read ``count`` unsigned integers of ``width`` bits into an unsigned ``dtype`` array.
+
+        ``dtype`` (default ``uint64``) must hold ``width`` bits; a narrower result saves memory.
+        """
+        out_dt = np.dtype(dtype)
+        if out_dt.kind != "u" or not 0 <= width <= 8 * out_dt.itemsize:
+            raise ValueError(
+                f"width must be in [0, {8 * out_dt.itemsize}] for {out_dt}, got {width}"
+            )
+        if count < 0:
+            raise ValueError(f"count must be >= 0, got {count}")
+        self.require(count * width)
         if width == 0 or count == 0:
-            return np.zeros(count, np.uint64)
+            return np.zeros(count, out_dt)
         if width in _UINT_BE and self.pos % 8 == 0:
-            return self._take_bytes(count * width // 8).view(_UINT_BE[width]).astype(np.uint64)
-        bits = self._take_bits(count * width).reshape(count, width).astype(np.uint64)
-        shifts = np.arange(width - 1, -1, -1, dtype=np.uint64)
-        out = np.zeros(count, np.uint64)
-        for col in range(width):
-            out |= bits[:, col] << shifts[col]
+            return self._take_bytes(count * width // 8).view(_UINT_BE[width]).astype(out_dt)
+        out = np.empty(count, out_dt)
+        step = max(1, _READ_CHUNK_BITS // width)
+        for start in range(0, count, step):
+            m = min(step, count - start)
+            bits = self._take_bits(m * width).reshape(m, width)
+            acc = out[start : start + m]
+            acc[...] = bits[:, 0]
+            for col in range(1, width):  # shift in place, in the narrow dtype: no temporaries
+                acc <<= out_dt.type(1)
+                acc |= bits[:, col]
         return out
 
     def read_floats(self, count: int, r: int) -> np.ndarray:
         """Read ``count`` IEEE floats of ``r`` bits; returns native-endian floats of that size."""
         dt = float_dtype(r)
+        if count < 0:
+            raise ValueError(f"count must be >= 0, got {count}")
         if self.pos % 8 == 0:
             raw = self._take_bytes(count * r // 8)  # a view of the message: no copy
         else:
@@ -189,4 +228,6 @@ class BitReader:
 
     def read_flags(self, count: int) -> np.ndarray:
         """Read ``count`` one-bit flags as a boolean array."""
-        return self._take_bits(count).astype(bool)
+        if count < 0:
+            raise ValueError(f"count must be >= 0, got {count}")
+        return self._take_bits(count).view(bool)

@@ -120,8 +120,21 @@ def decode(encoded: Encoded) -> Any:
     Y = dense_coded(encoded)
     if encoded.rotation_seed is not None:
         Y = hadamard_rotate_inverse(Y, encoded.rotation_seed)[:, : encoded.original_d]
-        Y = Y.astype(encoded.dtype, copy=False)
+        Y = _check_finite(Y, encoded.dtype)
     return encoded.kind.wrap(Y)
+
+
+def _check_finite(Y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    r"""``Y`` cast to ``dtype`` if finite there; else ``ValueError`` (a rotated-back overflow).
+
+    Finite values :math:`y` give :math:`|(HDy)_j| \le \sqrt{d'}\max|y|`, which can exceed the
+    dtype's range only for values no encoder of finite data produces (a forged message).
+    """
+    with np.errstate(over="ignore"):  # an overflow is refused just below
+        Y = Y.astype(dtype, copy=False)
+    if not np.isfinite(Y).all():
+        raise ValueError(f"decoded values overflow {np.dtype(dtype)}: corrupted message")
+    return Y
 
 
 def average(encoded: Encoded) -> Any:
@@ -142,4 +155,5 @@ def average(encoded: Encoded) -> Any:
             acc[m.support] += v
     if encoded.rotation_seed is not None:
         acc = hadamard_rotate_inverse(acc[None, :], encoded.rotation_seed)[0, : encoded.original_d]
+        return encoded.kind.wrap(_check_finite(acc, encoded.dtype))
     return encoded.kind.wrap(acc.astype(encoded.dtype, copy=False))

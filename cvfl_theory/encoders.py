@@ -19,6 +19,7 @@ References
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -27,11 +28,15 @@ import numpy as np
 from ._backend import to_numpy
 from ._rng import RNGLike, as_generator, draw_seeds
 from ._validate import (
-    FLOAT_BITS,
+    as_float_array,
     check_int_in_range,
     check_matrix,
-    check_matrix_row_sums,
+    check_matrix_and_row_sums,
     check_probabilities,
+    raise_mse_overflow,
+    raise_not_finite,
+    row_sums,
+    squared_deviations,
 )
 from .encoded import Encoded, NodeMessage
 from .encoded import average as _average
@@ -61,14 +66,15 @@ def _check_centre_spec(mu: CentreSpec) -> CentreSpec:
                 f"mu must be one of {_CENTRE_NAMES}, a float or an (n,) array; got {mu!r}"
             )
         return mu
-    if hasattr(mu, "detach"):
-        mu = mu.detach().cpu().numpy()
-    arr = np.asarray(mu, dtype=np.float64)
+    arr = as_float_array(mu, "mu", ndims=tuple(range(33)), finite=False)
     if arr.ndim > 1:
         raise ValueError(f"mu must be a float or an (n,) array, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
-        raise ValueError("mu must be finite")
+        raise_not_finite(arr, "mu")
     return arr
+
+
+_row_sums = row_sums  # the method argument of Encoder.centres shadows the function's name
 
 
 def _working_dtype(dtype: np.dtype) -> np.dtype:
@@ -141,24 +147,27 @@ class Encoder(ABC):
         r"""Whether :math:`\mu_i` depends on the data and must be sent (:math:`\bar r = r`)."""
         return not (isinstance(self.mu, str) and self.mu == "zero")
 
-    def centres(self, X: np.ndarray, row_sums: np.ndarray | None = None) -> np.ndarray:
+    def centres(self, X: Any, row_sums: np.ndarray | None = None) -> np.ndarray:
         r"""The centres :math:`\mu_i` for ``X`` as float64, rounded to ``X``'s precision (K1).
 
-        ``row_sums`` (if already computed) saves a pass over ``X`` for ``mu="mean"``.
+        ``X`` is validated (and made C-contiguous) here, which computes its row sums on the way;
+        a caller that has validated ``X`` already passes the sums as ``row_sums``.
         """
+        if row_sums is None:
+            X, _, row_sums = check_matrix_and_row_sums(X)
         n = X.shape[0]
         if isinstance(self.mu, str):
             if self.mu == "zero":
                 c = np.zeros(n)
             elif self.mu == "min":
                 c = X.min(axis=1)
-            elif row_sums is not None and np.isfinite(row_sums).all():
-                c = row_sums / X.shape[1]
             else:
-                with np.errstate(over="ignore"):
-                    c = X.mean(axis=1, dtype=_working_dtype(X.dtype))
-                if not np.isfinite(c).all():  # the sum overflowed: average pre-scaled values
-                    c = (X.astype(np.float64) / X.shape[1]).sum(axis=1)
+                # One summation for encode, mse and the optimiser alike, in an order fixed by
+                # the values (X is C-contiguous), so the same data give the same centres.
+                if np.isfinite(row_sums).all():
+                    c = row_sums / X.shape[1]
+                else:  # the sum overflowed: average pre-scaled values
+                    c = _row_sums(X.astype(np.float64) / X.shape[1])
         else:
             c = np.broadcast_to(self.mu, (n,)) if self.mu.ndim == 0 else self.mu
             if c.shape != (n,):
@@ -184,14 +193,9 @@ class Encoder(ABC):
         -------
         Encoded
         """
-        Xn, kind = to_numpy(X, "X")
-        if Xn.dtype in FLOAT_BITS and Xn.ndim == 2 and Xn.size:
-            row_sums = check_matrix_row_sums(Xn)  # validates and feeds mu="mean" in one pass
-        else:
-            Xn, kind = check_matrix(X)
-            row_sums = None
+        Xn, kind, sums = check_matrix_and_row_sums(X)  # validates and feeds mu="mean"
         self._check_shape(*Xn.shape)
-        return self._encode_array(Xn, kind, rng, row_sums=row_sums)
+        return self._encode_array(Xn, kind, rng, row_sums=sums)
 
     def _encode_array(
         self, Xn: np.ndarray, kind: Any, rng: RNGLike, row_sums: Any = None, **extra: Any
@@ -240,20 +244,16 @@ class Encoder(ABC):
         (:func:`cvfl_theory.testing.exact.exact_moments`). Seeds are recorded as 0.
         """
         Xn, kind = self._prepare(X)
-        if len(supports) != Xn.shape[0]:
-            raise ValueError(f"supports must hold one index array per node ({Xn.shape[0]})")
-        idx = [np.unique(np.asarray(s, dtype=np.int64)) for s in supports]
-        if any(a.size and (a[0] < 0 or a[-1] >= Xn.shape[1]) for a in idx):
-            raise ValueError(f"support indices must lie in [0, {Xn.shape[1] - 1}]")
+        idx = _check_supports(supports, Xn.shape[0], Xn.shape[1])
         return self._encode_given(Xn, kind, idx, [0] * len(idx), self.centres(Xn))
 
     def decode(self, encoded: Encoded) -> Any:
         """All :math:`Y_i` as an ``(n, d)`` array of the input's kind."""
-        return _decode(encoded)
+        return _decode(_check_encoded(encoded))
 
     def average(self, encoded: Encoded) -> Any:
         r"""The averaging decoder :math:`\frac1n \sum_i Y_i`, shape ``(d,)``."""
-        return _average(encoded)
+        return _average(_check_encoded(encoded))
 
     def mse(self, X: Any) -> float:
         r"""Closed-form MSE of the averaging decoder (K1.2, K2.2, K5.1).
@@ -268,9 +268,39 @@ class Encoder(ABC):
         return _mse_from_marginals(Xn, *self._marginals(Xn))
 
 
+def _check_encoded(encoded: Any) -> Encoded:
+    if not isinstance(encoded, Encoded):
+        raise TypeError(
+            f"encoded must be an Encoded (from an encoder's encode()), got {type(encoded).__name__}"
+        )
+    return encoded
+
+
+def _check_supports(supports: Any, n: int, d: int) -> list[np.ndarray]:
+    """Validate one integer index array per node, indices in ``[0, d)``; sorted and unique."""
+    if isinstance(supports, (str, bytes)) or not hasattr(supports, "__len__"):
+        raise TypeError(f"supports must be a list of {n} integer index arrays, got {supports!r}")
+    if len(supports) != n:
+        raise ValueError(f"supports must hold one index array per node ({n}), got {len(supports)}")
+    out = []
+    for i, s in enumerate(supports):
+        a, _ = to_numpy(s, f"supports[{i}]")
+        if a.size == 0:
+            a = a.astype(np.int64)
+        if a.dtype == bool or a.dtype.kind not in "iu" or a.ndim > 1:
+            raise TypeError(
+                f"supports[{i}] must be a 1-D array of integer indices, got dtype {a.dtype} "
+                f"and shape {a.shape}"
+            )
+        a = np.unique(a.astype(np.int64))
+        if a.size and (a[0] < 0 or a[-1] >= d):
+            raise ValueError(f"supports[{i}] indices must lie in [0, {d - 1}], got {a[[0, -1]]}")
+        out.append(a)
+    return out
+
+
 def _mse_from_marginals(X: np.ndarray, p: np.ndarray, centres: np.ndarray) -> float:
-    with np.errstate(over="ignore"):
-        dev2 = (X.astype(np.float64) - centres[:, None]) ** 2
+    dev2 = squared_deviations(X, centres)  # the same refusal as optimal_probabilities
     on = dev2 > 0
     if np.any(on & (p <= 0)):
         raise ValueError("an entry with X != mu has inclusion probability 0: the encoder is biased")
@@ -278,7 +308,7 @@ def _mse_from_marginals(X: np.ndarray, p: np.ndarray, centres: np.ndarray) -> fl
     with np.errstate(over="ignore"):
         total = float(np.sum((1.0 / p[sel] - 1.0) * dev2[sel]) / X.shape[0] ** 2)
     if not np.isfinite(total):
-        raise ValueError("X is too large: the MSE (X - mu)^2 (1/p - 1) / n^2 overflows float64")
+        raise_mse_overflow()
     return total
 
 
@@ -392,9 +422,7 @@ class FixedSizeEncoder(Encoder):
 
     def __init__(self, k: Any, mu: CentreSpec = "mean") -> None:
         super().__init__(mu)
-        if hasattr(k, "detach"):
-            k = k.detach().cpu().numpy()
-        karr = np.asarray(k)
+        karr, _ = to_numpy(k, "k")
         if karr.dtype == bool or karr.dtype.kind not in "iu":
             raise TypeError(f"k must be an integer or an (n,) integer array, got {k!r}")
         if karr.ndim > 1:
@@ -485,7 +513,11 @@ class BinaryQuantizationEncoder(Encoder):
         Xn, _ = self._prepare(X)
         n, d = Xn.shape
         rng_ = Xn.max(axis=1).astype(np.float64) - Xn.min(axis=1)
-        return float(d * np.sum(rng_**2) / (4 * n**2))
+        with np.errstate(over="ignore"):
+            bound = float(d * np.sum(rng_**2) / (4 * n**2))
+        if not math.isfinite(bound):
+            raise_mse_overflow()
+        return bound
 
 
 class RotatedBinaryEncoder(BinaryQuantizationEncoder):
@@ -518,15 +550,29 @@ class RotatedBinaryEncoder(BinaryQuantizationEncoder):
     def __repr__(self) -> str:
         return f"RotatedBinaryEncoder(rotation_seed={self.rotation_seed})"
 
+    def _rotated(self, Xn: np.ndarray) -> np.ndarray:
+        """:math:`HDX` in ``Xn``'s dtype; refuse a rotation that overflows it (float16)."""
+        Z64 = hadamard_rotate(Xn, self.rotation_seed)
+        with np.errstate(over="ignore"):
+            Z = Z64.astype(Xn.dtype)
+        if not np.isfinite(Z).all():
+            i, j = (int(b) for b in np.argwhere(~np.isfinite(Z))[0])
+            raise ValueError(
+                f"X is too large for {Xn.dtype}: the rotated value HDX[{i}, {j}] = {Z64[i, j]:g} "
+                f"exceeds the largest {Xn.dtype} ({float(np.finfo(Xn.dtype).max):g}); pass X in a "
+                "wider float dtype"
+            )
+        return Z
+
     def rotate(self, X: Any) -> np.ndarray:
         r"""The rotated, padded vectors :math:`Z_i = HDX_i`, in ``X``'s dtype, shape ``(n, d')``."""
         Xn, _ = self._prepare(X)
-        return hadamard_rotate(Xn, self.rotation_seed).astype(Xn.dtype)
+        return self._rotated(Xn)
 
     def encode(self, X: Any, rng: RNGLike = None) -> Encoded:
         """Rotate, then encode with K5.1 in the rotated domain (``d' = 2^⌈log₂ d⌉``)."""
         Xn, kind = self._prepare(X)
-        Z = hadamard_rotate(Xn, self.rotation_seed).astype(Xn.dtype)
+        Z = self._rotated(Xn)
         return self._encode_array(
             Z, kind, rng, rotation_seed=self.rotation_seed, original_d=Xn.shape[1]
         )
@@ -534,12 +580,8 @@ class RotatedBinaryEncoder(BinaryQuantizationEncoder):
     def encode_with_supports(self, X: Any, supports: list[Any]) -> Encoded:
         """Encode with given supports, indices in the rotated domain ``[0, d')``."""
         Xn, kind = self._prepare(X)
-        Z = hadamard_rotate(Xn, self.rotation_seed).astype(Xn.dtype)
-        idx = [np.unique(np.asarray(s, dtype=np.int64)) for s in supports]
-        if len(idx) != Z.shape[0] or any(a.size and (a[0] < 0 or a[-1] >= Z.shape[1]) for a in idx):
-            raise ValueError(
-                f"supports must hold one array per node with indices in [0, {Z.shape[1]})"
-            )
+        Z = self._rotated(Xn)
+        idx = _check_supports(supports, Z.shape[0], Z.shape[1])
         return self._encode_given(
             Z,
             kind,

@@ -31,6 +31,7 @@ from functools import cache, lru_cache
 import numpy as np
 
 from . import _kernels
+from ._validate import as_float_array, check_bool, check_choice, check_int_in_range, check_real
 
 __all__ = [
     "SQRT3",
@@ -43,16 +44,27 @@ __all__ = [
 ]
 
 SQRT3 = math.sqrt(3.0)
+#: Most rows a box codebook may span (bounds the work and memory of a tiny lattice scale).
+_MAX_ROWS = 1 << 20
+
+
+def _check_a(a: float) -> float:
+    return check_real(a, "a (lattice minimum distance)", 0.0, low_open=True)
+
+
+def _coords(v: object, name: str) -> np.ndarray:
+    return as_float_array(v, name, ndims=tuple(range(33)))
 
 
 def cell_area(a: float) -> float:
     r"""Voronoi cell area :math:`V = \sqrt3 a^2 / 2` of :math:`\Lambda_a`."""
+    a = _check_a(a)
     return SQRT3 * a * a / 2.0
 
 
 def second_moment_per_pair(V: float) -> float:
     r"""Exact :math:`\mathbb{E}\|u\|^2 = 5V/(18\sqrt3)` for :math:`u` uniform on the cell (C5.2)."""
-    return 5.0 * V / (18.0 * SQRT3)
+    return 5.0 * check_real(V, "V (cell area)", 0.0) / (18.0 * SQRT3)
 
 
 def a2_nearest(x: np.ndarray, y: np.ndarray, a: float) -> tuple[np.ndarray, np.ndarray]:
@@ -71,8 +83,9 @@ def a2_nearest(x: np.ndarray, y: np.ndarray, a: float) -> tuple[np.ndarray, np.n
         Integer-valued coordinates: the point is :math:`i b_1 + j b_2`. Ties (points equidistant
         from two lattice points, a null set) go to the rectangular coset.
     """
-    X = np.multiply(x, 1.0 / a, dtype=np.float64)
-    Y = np.multiply(y, 1.0 / (a * SQRT3), dtype=np.float64)
+    a = _check_a(a)
+    X = np.multiply(_coords(x, "x"), 1.0 / a, dtype=np.float64)
+    Y = np.multiply(_coords(y, "y"), 1.0 / (a * SQRT3), dtype=np.float64)
     return nearest_scaled(X, Y)
 
 
@@ -83,8 +96,13 @@ def nearest_scaled(X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray
     point of each coset by rounding (half to even), the closer of the two kept (ties to the
     rectangular coset). Returns float64 ``(i, j)`` of the shape of ``X``.
     """
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    Y = np.ascontiguousarray(np.broadcast_to(Y, X.shape), dtype=np.float64)
+    X, Y = _coords(X, "X"), _coords(Y, "Y")
+    try:
+        Y = np.ascontiguousarray(np.broadcast_to(Y, X.shape))
+    except ValueError:
+        raise ValueError(
+            f"Y of shape {Y.shape} does not broadcast to X's shape {X.shape}"
+        ) from None
     i, j = np.empty(X.shape), np.empty(X.shape)
     _kernels.a2_nearest(X, Y, X.size, i, j)
     return i, j
@@ -92,8 +110,8 @@ def nearest_scaled(X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 def a2_point(i: np.ndarray, j: np.ndarray, a: float) -> tuple[np.ndarray, np.ndarray]:
     r"""Cartesian coordinates :math:`a(i + j/2,\ j\sqrt3/2)` of the lattice point ``(i, j)``."""
-    i = np.asarray(i, dtype=np.float64)
-    j = np.asarray(j, dtype=np.float64)
+    a = _check_a(a)
+    i, j = _coords(i, "i"), _coords(j, "j")
     return a * (i + 0.5 * j), a * (SQRT3 / 2.0) * j
 
 
@@ -109,10 +127,18 @@ def _row_ranges(
     :math:`|d| = fa/\sqrt3` (half-width of the hexagon :math:`fV_0` at height :math:`d`).
     Boundaries are included with a relative slack ``eps`` (a superset is always safe).
     """
-    f = float(widen)
+    a = _check_a(a)
+    half = check_real(half, "half", 0.0, low_open=True)
+    f = float(check_choice(widen, "widen", (1, 2)))
     rmax = f * a / SQRT3
     ystep = a * SQRT3 / 2.0
-    jmax = math.floor((half + rmax) / ystep * (1 + eps) + eps)
+    rows = (half + rmax) / ystep * (1 + eps) + eps
+    if not rows <= _MAX_ROWS:
+        raise ValueError(
+            f"a = {a:g} is too small for half = {half:g}: the codebook would span {rows:.3g} rows "
+            f"of lattice points (at most {_MAX_ROWS}); use a >= {2.4 * half / _MAX_ROWS:.3g}"
+        )
+    jmax = math.floor(rows)
     j = np.arange(-jmax, jmax + 1, dtype=np.float64)
     y = j * ystep
     d = np.clip(0.0, y - half, y + half)
@@ -172,8 +198,18 @@ class A2BoxCodebook:
         return cls(a, j, imin, imax, widen)
 
     @staticmethod
-    @cache
     def for_bits(bits: int, dither: bool = True) -> A2BoxCodebook:
+        r"""Finest codebook with at most :math:`2^{2\,\mathrm{bits}}` points (C5.3).
+
+        ``bits`` is an integer in ``[1, 8]`` and ``dither`` a bool (validated before the cache).
+        See :meth:`_for_bits`.
+        """
+        bits = check_int_in_range(bits, "bits", 1, 8)
+        return A2BoxCodebook._for_bits(bits, check_bool(dither, "dither"))
+
+    @staticmethod
+    @cache
+    def _for_bits(bits: int, dither: bool = True) -> A2BoxCodebook:
         r"""Finest codebook with at most :math:`2^{2\,\mathrm{bits}}` points (C5.3).
 
         Raises

@@ -36,7 +36,15 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import check_matrix
+from ._validate import (
+    abs_deviations,
+    as_float_array,
+    check_bool,
+    check_int_in_range,
+    check_matrix,
+    check_real,
+    raise_mse_overflow,
+)
 from .encoders import CentreSpec, IndependentEncoder
 from .protocols import index_bits
 from .waterfill import Certificate, WaterFillResult, _check_budget, water_fill
@@ -70,14 +78,18 @@ def _check_protocol(protocol: str) -> str:
 
 
 def _check_r(r: Any) -> int:
-    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 1:
+    if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)):
+        raise TypeError(f"r (bits per float) must be a positive integer, got {r!r}")
+    if r < 1:
         raise ValueError(f"r (bits per float) must be a positive integer, got {r!r}")
     return int(r)
 
 
 def _cost_terms(n: int, d: int, protocol: str, r: int, centre_sent: bool) -> tuple[float, float]:
     """(fixed bits, bits per expected sent entry) of K3."""
-    r_bar = r if centre_sent else 0
+    n = check_int_in_range(n, "n", 1, 2**62)
+    d = check_int_in_range(d, "d", 1, 2**62)
+    r_bar = r if check_bool(centre_sent, "centre_sent") else 0
     if _check_protocol(protocol) == "sparse":
         return float(n * r_bar), float(index_bits(d) + r)
     return float(n * (r_bar + d)), float(r)
@@ -169,7 +181,7 @@ def bits_from_budget(
     1000.0
     """
     fixed, per = _cost_terms(n, d, protocol, _check_r(r), centre_sent)
-    return fixed + per * float(budget)
+    return fixed + per * check_real(budget, "budget", 0.0)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -179,8 +191,12 @@ def _centres(Xn: np.ndarray, mu: CentreSpec) -> np.ndarray:
 
 
 def _deviations(Xn: np.ndarray, centres: np.ndarray) -> np.ndarray:
-    r""":math:`a_{ij} = |X_i(j) - \mu_i|` in float64, exactly as K1.2 is evaluated."""
-    return np.abs(Xn.astype(np.float64) - centres[:, None])
+    r""":math:`a_{ij} = |X_i(j) - \mu_i|` in float64, exactly as K1.2 is evaluated.
+
+    Data whose squared deviations overflow float64 are refused exactly as
+    :meth:`~cvfl_theory.encoders.Encoder.mse` refuses them (the same validation function).
+    """
+    return abs_deviations(Xn, centres)
 
 
 def _objective(a: np.ndarray, p: np.ndarray) -> float:
@@ -226,6 +242,8 @@ def _bounds_from_a(a: np.ndarray, budget: float, n: int) -> MSEBounds:
     s2 = float(np.sum(a * a))
     lower = max(0.0, (s1 * s1 / budget - s2) / n**2)
     upper = (s / budget - 1.0) * s2 / n**2
+    if not (math.isfinite(lower) and math.isfinite(upper)):
+        raise_mse_overflow()
     return MSEBounds(lower, upper, budget, s, budget * float(a.max()) <= s1, False)
 
 
@@ -321,6 +339,8 @@ def low_budget_solution(X: Any, budget: float, mu: CentreSpec = "mean") -> LowBu
         return LowBudgetSolution(False, np.zeros_like(a), 0.0)
     p = b * a / s1
     mse = (s1 * s1 / b - float(np.sum(a * a))) / Xn.shape[0] ** 2
+    if not math.isfinite(mse):
+        raise_mse_overflow()
     return LowBudgetSolution(bool(b * float(a.max()) <= s1 and b < s), p, mse)
 
 
@@ -363,10 +383,15 @@ def centre_step(X: Any, p: Any, mu: Any) -> np.ndarray:
     array([0.5])
     """
     Xn, _ = check_matrix(X)
-    P = np.asarray(p.detach().cpu().numpy() if hasattr(p, "detach") else p, dtype=np.float64)
-    mu0 = np.asarray(mu.detach().cpu().numpy() if hasattr(mu, "detach") else mu, dtype=np.float64)
+    P = as_float_array(p, "p", ndims=(2,))
+    mu0 = as_float_array(mu, "mu", ndims=(1,))
     if P.shape != Xn.shape or mu0.shape != (Xn.shape[0],):
-        raise ValueError(f"p must have shape {Xn.shape} and mu ({Xn.shape[0]},)")
+        raise ValueError(
+            f"p must have shape {Xn.shape} and mu ({Xn.shape[0]},); got {P.shape} and {mu0.shape}"
+        )
+    if np.any(P < 0) or np.any(P > 1):
+        raise ValueError(f"p must lie in [0, 1]; got {P[(P < 0) | (P > 1)][0]}")
+    abs_deviations(Xn, mu0)  # the objective's squares must be finite
     return _centre_step(Xn, P, mu0)
 
 
@@ -665,7 +690,7 @@ def _cvxpy_step(a, budget, per_node, caps, solver, max_size, eps, solver_options
 
 # ----------------------------------------------------------------------------- main entry point
 def _as_vector(v: Any, n: int, name: str) -> np.ndarray:
-    arr = np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v, dtype=np.float64)
+    arr = as_float_array(v, name, ndims=(0, 1), finite=False)
     if arr.ndim == 0:
         arr = np.full(n, float(arr))
     if arr.shape != (n,):
@@ -771,8 +796,18 @@ def optimal_probabilities(
     n, d = Xn.shape
     protocol = _check_protocol(protocol)
     r = _check_r(r)
-    if method not in _METHODS:
+    if not isinstance(method, str) or method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+    optimize_centres = check_bool(optimize_centres, "optimize_centres")
+    max_cvxpy_size = check_int_in_range(max_cvxpy_size, "max_cvxpy_size", 1, 2**62)
+    eps = check_real(eps, "eps", 0.0, 1.0, low_open=True)
+    gap_tol = check_real(gap_tol, "gap_tol", 0.0)
+    if not isinstance(solver, str):
+        raise TypeError(f"solver must be a cvxpy solver name (str), got {solver!r}")
+    if solver_options is not None and not isinstance(solver_options, dict):
+        raise TypeError(
+            f"solver_options must be a dict or None, got {type(solver_options).__name__}"
+        )
     if budget is not None and bits is not None:
         raise ValueError("give either budget (entries) or bits, not both")
     mu_spec = IndependentEncoder(1.0, mu).mu  # validates the spec
@@ -797,10 +832,8 @@ def optimal_probabilities(
         from .waterfill import _check_caps
 
         cap_arr = np.ascontiguousarray(_check_caps(caps, (n, d)))
-    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
-        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
-    if not (rtol >= 0):
-        raise ValueError(f"rtol must be >= 0, got {rtol!r}")
+    max_iter = check_int_in_range(max_iter, "max_iter", 1, 10**6)
+    rtol = check_real(rtol, "rtol", 0.0)
 
     def step(a: np.ndarray) -> _Step:
         if method == "exact":
@@ -835,6 +868,8 @@ def optimal_probabilities(
                 converged = True
                 break
         mu_spec = centres
+    if not math.isfinite(cur.objective):  # each a^2 is finite (checked); their sum overflowed
+        raise_mse_overflow()
     total_p = float(np.sum(cur.p[a > 0]))
     bits_used = bits_from_budget(total_p, n, d, protocol, r, centre_sent)
     return OptimalResult(

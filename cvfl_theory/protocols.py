@@ -23,7 +23,10 @@ With :math:`\bar r = r` when the centre is data-dependent (``0`` for ``mu="zero"
 - binary: :math:`\beta(Y_i) = 2r + d`, :math:`C = n(2r + d)`.
 
 Values are written as IEEE floats of ``r`` bits; the round trip is bit-exact when the data dtype has
-at most ``r`` bits (wider data are rounded to ``r`` bits, as the paper's :math:`r` implies).
+at most ``r`` bits (wider data are rounded to ``r`` bits, as the paper's :math:`r` implies). A value
+or centre beyond the largest finite ``r``-bit float (65504 for ``r = 16``) is refused by
+:meth:`Protocol.to_bytes` with a ``ValueError`` naming it and the representable range: the wire
+never carries an ``inf`` that was not in the data, and nothing is clipped.
 
 Examples
 --------
@@ -42,6 +45,7 @@ True
 
 from __future__ import annotations
 
+import math
 import struct
 import zlib
 from abc import ABC, abstractmethod
@@ -49,9 +53,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ._validate import check_fits_float, check_float_width, check_int_in_range
 from .bitpack import BitReader, BitWriter, float_dtype
 from .encoded import SEEDED_SCHEMES, Encoded, NodeMessage, decode
 from .encoders import BinaryQuantizationEncoder, Encoder
+from .rotation import padded_dimension
 from .sampling import bernoulli_support, k_subset_support
 
 __all__ = [
@@ -76,11 +82,21 @@ _SCHEMES = ("bernoulli", "bernoulli-varying", "k-subset")
 # count(4) rate(8) rotation_seed(8)
 _HEADER = struct.Struct(">2sBBBBBBIIIdQ")
 _CRC_BYTES = 4
+_FLAG_CENTRE, _FLAG_ROTATED = 1, 2
+_MAX_D = (1 << 32) - 1  # the header's dimension fields are 32 bits wide
 
 
 def index_bits(d: int) -> int:
     r""":math:`\lceil \log_2 d \rceil`, the width of one index (0 for ``d = 1``)."""
     return int(d - 1).bit_length()
+
+
+def _check_encoded(encoded: Any) -> None:
+    """Raise ``TypeError`` unless ``encoded`` is an :class:`~cvfl_theory.encoded.Encoded`."""
+    if not isinstance(encoded, Encoded):
+        raise TypeError(
+            f"encoded must be an Encoded (from an encoder's encode()), got {type(encoded).__name__}"
+        )
 
 
 class Protocol(ABC):
@@ -98,14 +114,8 @@ class Protocol(ABC):
     code: ClassVar[int]
 
     def __init__(self, r: int = 32, r_seed: int = 32) -> None:
-        if isinstance(r, bool) or r not in _R_CODES:
-            raise ValueError(f"r must be one of 16, 32, 64 (bits per float), got {r!r}")
-        if isinstance(r_seed, bool) or not isinstance(r_seed, (int, np.integer)):
-            raise TypeError(f"r_seed must be an integer in [1, 64], got {r_seed!r}")
-        if not 1 <= r_seed <= 64:
-            raise ValueError(f"r_seed must be in [1, 64], got {r_seed}")
-        self.r = int(r)
-        self.r_seed = int(r_seed)
+        self.r = check_float_width(r)
+        self.r_seed = check_int_in_range(r_seed, "r_seed", 1, 64)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(r={self.r}, r_seed={self.r_seed})"
@@ -119,11 +129,20 @@ class Protocol(ABC):
         """Raise ``ValueError`` if this protocol cannot carry ``encoded`` (default: any)."""
 
     @abstractmethod
+    def _bits(self, d: int, centre_sent: bool, count: int) -> int:
+        """β(Y_i) of a node whose header says dimension ``d`` and ``count`` (K3)."""
+
+    @abstractmethod
+    def _count(self, m: NodeMessage, encoded: Encoded) -> int:
+        """The header ``count`` field of one node's message."""
+
     def _node_payload_bits(self, m: NodeMessage, encoded: Encoded) -> int:
         """β(Y_i) for one node."""
+        return self._bits(encoded.d, encoded.centre_sent, self._count(m, encoded))
 
     def payload_bits(self, encoded: Encoded) -> np.ndarray:
         r"""Per-node payload bits :math:`\beta(Y_i)` for this realisation, shape ``(n,)``."""
+        _check_encoded(encoded)
         self.check_applicable(encoded)
         return np.array([self._node_payload_bits(m, encoded) for m in encoded.nodes], np.int64)
 
@@ -136,6 +155,8 @@ class Protocol(ABC):
 
     def expected_bits(self, encoder: Encoder, X: Any) -> float:
         r"""The closed-form expected total :math:`C = \mathbb E\sum_i \beta(Y_i)` of K3."""
+        if not isinstance(encoder, Encoder):
+            raise TypeError(f"encoder must be an Encoder, got {type(encoder).__name__}")
         self.check_encoder(encoder)
         Z = encoder.domain(X)
         p, centres = encoder.marginals(X)
@@ -155,8 +176,17 @@ class Protocol(ABC):
         """Read the payload; return ``(support, values, centre, seed)``."""
 
     def to_bytes(self, encoded: Encoded) -> list[bytes]:
-        """Serialise every node's message; one ``bytes`` per node."""
+        """Serialise every node's message; one ``bytes`` per node.
+
+        Raises
+        ------
+        ValueError
+            The protocol cannot carry ``encoded``, or a value or centre overflows the ``r``-bit
+            float of the wire (e.g. ``1e6`` with ``r = 16``): refused, never sent as ``inf``.
+        """
+        _check_encoded(encoded)
         self.check_applicable(encoded)
+        self._check_fits(encoded)
         out = []
         flags = int(encoded.centre_sent) | (int(encoded.rotation_seed is not None) << 1)
         for m in encoded.nodes:
@@ -183,13 +213,20 @@ class Protocol(ABC):
             out.append(b"".join((header, *chunks, struct.pack(">I", crc))))
         return out
 
+    def _check_fits(self, encoded: Encoded) -> None:
+        """Refuse values and centres that overflow this protocol's ``r``-bit floats."""
+        for i, m in enumerate(encoded.nodes):
+            check_fits_float(m.values, self.r, f"node {i}'s encoded values")
+            if encoded.centre_sent or self.name in ("naive", "binary"):
+                check_fits_float(np.array([m.centre]), self.r, f"node {i}'s centre mu")
+
     def framing_bits(self, encoded: Encoded) -> np.ndarray:
         """Per-node framing bits: message length in bits minus :meth:`payload_bits`."""
         lengths = np.array([8 * len(b) for b in self.to_bytes(encoded)], dtype=np.int64)
         return lengths - self.payload_bits(encoded)
 
     def from_bytes(self, messages: list[bytes], d: int) -> Encoded:
-        """Parse messages produced by :meth:`to_bytes` back into an :class:`Encoded`.
+        r"""Parse messages produced by :meth:`to_bytes` back into an :class:`Encoded`.
 
         Parameters
         ----------
@@ -201,12 +238,31 @@ class Protocol(ABC):
         Raises
         ------
         ValueError
-            Truncated, corrupted (CRC mismatch) or foreign messages, or a dimension mismatch.
+            Truncated, extended, corrupted (CRC mismatch) or foreign messages, a header that
+            disagrees with ``d`` or with the message length, or an invalid payload.
         TypeError
-            ``messages`` is not a list of bytes.
+            ``messages`` is not a list of bytes, or ``d`` is not an integer.
+
+        Notes
+        -----
+        Bytes from outside are hostile. Before anything is allocated or generated, every header
+        field is checked against ``d`` and this protocol: magic, version, protocol and float
+        width codes, known flags only, zero reserved byte, the dimension (``d``, or its power of
+        two when the rotation flag is set, K5.2), no rotation seed without the rotation flag, the
+        sampling parameter against its scheme (:math:`p \in (0, 1]`, an integer
+        :math:`k \in [1, d]`, or NaN), ``count`` against the dimension, and the payload length
+        the header implies (K3: :math:`\beta(Y_i)` from ``d``, ``count`` and the flags) against the
+        message length, up to the final padding, which must be zero. The payload is then checked
+        too: finite values, indices in range and increasing, flag counts equal to ``count``, a
+        regenerated support of ``count`` entries. The work is :math:`O(\text{len} + d)`.
         """
         if isinstance(messages, (bytes, bytearray)) or not isinstance(messages, (list, tuple)):
             raise TypeError("messages must be a list of bytes objects, one per node")
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"d must be an integer in [1, {_MAX_D}], got {d!r}")
+        if not 1 <= d <= _MAX_D:
+            raise ValueError(f"d must be in [1, {_MAX_D}], got {d}")
+        d = int(d)
         if len(messages) == 0:
             raise ValueError("messages must hold at least one node's message, got an empty list")
         nodes, meta = [], None
@@ -232,35 +288,87 @@ class Protocol(ABC):
 
     def _parse(self, msg: bytes, d: int, i: int) -> tuple[NodeMessage, tuple]:
         where = f"messages[{i}]"
+        try:
+            return self._parse_checked(msg, d)
+        except ValueError as exc:
+            raise ValueError(f"{where} {exc}") from None
+
+    def _parse_checked(self, msg: bytes, d: int) -> tuple[NodeMessage, tuple]:
+        """Check the header against ``d`` and the message length, then read the payload.
+
+        Every header field is checked before anything of its size is allocated or generated:
+        the payload length the header implies (:meth:`_bits`) must equal the message's, so the
+        work is bounded by the message length and the receiver's ``d``.
+        """
         if len(msg) < _HEADER.size + _CRC_BYTES:
-            raise ValueError(f"{where} is truncated: {len(msg)} bytes, shorter than the header")
+            raise ValueError(f"is truncated: {len(msg)} bytes, shorter than the header")
         body = memoryview(msg)[:-_CRC_BYTES]  # no copy
         crc = struct.unpack(">I", msg[-_CRC_BYTES:])[0]
         if zlib.crc32(body) != crc:
-            raise ValueError(f"{where} is corrupted or truncated: CRC-32 mismatch")
-        magic, ver, proto, rcode, flags, scheme_code, _, d_coded, original_d, count, rate, rseed = (
-            _HEADER.unpack_from(body)
-        )
+            raise ValueError("is corrupted or truncated: CRC-32 mismatch")
+        (
+            magic,
+            ver,
+            proto,
+            rcode,
+            flags,
+            scheme_code,
+            reserved,
+            d_coded,
+            original_d,
+            count,
+            rate,
+            rseed,
+        ) = _HEADER.unpack_from(body)
         if magic != _MAGIC or ver != _VERSION:
-            raise ValueError(f"{where} is not a cvfl K3 message (magic {magic!r}, version {ver})")
+            raise ValueError(f"is not a cvfl K3 message (magic {magic!r}, version {ver})")
         if proto != self.code:
-            raise ValueError(f"{where} was written by protocol code {proto}, not {self.name}")
+            raise ValueError(f"was written by protocol code {proto}, not {self.name}")
         if _R_FROM_CODE.get(rcode) != self.r:
-            raise ValueError(f"{where} has float width code {rcode}; this protocol has r={self.r}")
+            raise ValueError(f"has float width code {rcode}; this protocol has r={self.r}")
+        if flags & ~(_FLAG_CENTRE | _FLAG_ROTATED):
+            raise ValueError(f"has unknown flags {flags:#04x} (allowed: 0x01 centre, 0x02 rotated)")
         if scheme_code >= len(_SCHEMES):
-            raise ValueError(f"{where} has an unknown sampling scheme code {scheme_code}")
+            raise ValueError(f"has an unknown sampling scheme code {scheme_code}")
+        if reserved != 0:
+            raise ValueError(f"has a non-zero reserved byte {reserved}")
         if original_d != d:
-            raise ValueError(f"d={d} does not match the message's dimension {original_d}")
-        centre_sent, rotated = bool(flags & 1), bool(flags & 2)
+            raise ValueError(f"has dimension {original_d}, which does not match d={d}")
+        centre_sent, rotated = bool(flags & _FLAG_CENTRE), bool(flags & _FLAG_ROTATED)
+        expected_coded = padded_dimension(d) if rotated else d
+        if d_coded != expected_coded:
+            raise ValueError(
+                f"has coded dimension {d_coded}; d={d} needs {expected_coded}"
+                + (" (padded to a power of two for the rotation)" if rotated else "")
+            )
+        if not rotated and rseed != 0:
+            raise ValueError(f"has a rotation seed {rseed} but no rotation flag")
         scheme = _SCHEMES[scheme_code]
+        _check_rate(scheme, rate, d_coded)
+        if count > d_coded:
+            raise ValueError(f"claims {count} entries, more than the dimension {d_coded}")
+        self._check_count(d_coded, count)
+        self._check_scheme(scheme, rate, count)
         rd = BitReader(body, start_bit=8 * _HEADER.size)
+        need = self._bits(d_coded, centre_sent, count)
+        if not 0 <= rd.remaining - need < 8:
+            raise ValueError(
+                f"has {rd.remaining} payload and padding bits; its header implies {need} "
+                f"payload bits (d={d_coded}, count={count}): truncated, extended or corrupted"
+            )
         support, values, centre, seed = self._read_payload(
             rd, d_coded, centre_sent, count, scheme, rate
         )
-        if len(body) != (rd.pos + 7) // 8:
-            raise ValueError(f"{where} has {len(body) - (rd.pos + 7) // 8} unexpected extra bytes")
+        if rd.pos != 8 * _HEADER.size + need or not rd.padding_is_zero():
+            raise ValueError("has a payload that does not end where its header says: corrupted")
         node = NodeMessage(support, values, centre, seed, rate)
         return node, (centre_sent, rotated, scheme, d_coded, original_d, rseed)
+
+    def _check_count(self, d: int, count: int) -> None:
+        """Raise ``ValueError`` if the header ``count`` is impossible for dimension ``d``."""
+
+    def _check_scheme(self, scheme: str, rate: float, count: int) -> None:
+        """Raise ``ValueError`` if this protocol cannot have carried ``scheme``."""
 
     # --------------------------------------------------------------- helpers
     def _write_centre(self, w: BitWriter, m: NodeMessage, encoded: Encoded) -> None:
@@ -268,10 +376,34 @@ class Protocol(ABC):
             w.write_floats(np.array([m.centre]), self.r)
 
     def _read_centre(self, rd: BitReader, centre_sent: bool) -> float:
-        return float(rd.read_floats(1, self.r)[0]) if centre_sent else 0.0
+        return float(_finite(rd.read_floats(1, self.r), "centre")[0]) if centre_sent else 0.0
 
     def _rounded(self, values: np.ndarray) -> np.ndarray:
         return np.asarray(values).astype(float_dtype(self.r).newbyteorder("="), copy=False)
+
+
+def _finite(values: np.ndarray, what: str) -> np.ndarray:
+    """``values`` if all finite, else ``ValueError`` (no encoder sends NaN or inf)."""
+    if not np.isfinite(values).all():
+        raise ValueError(f"has non-finite {what} (NaN or inf): corrupted")
+    return values
+
+
+def _check_rate(scheme: str, rate: float, d: int) -> None:
+    """The header's sampling parameter must fit its scheme (see :attr:`NodeMessage.rate`)."""
+    if scheme == "bernoulli":
+        ok = 0.0 < rate <= 1.0  # False for NaN
+        allowed = "p in (0, 1]"
+    elif scheme == "k-subset":
+        ok = rate == rate // 1 and 1 <= rate <= d  # False for NaN and inf
+        allowed = f"an integer k in [1, {d}]"
+    else:
+        ok = math.isnan(rate)
+        allowed = "NaN (per-entry probabilities)"
+    if not ok:
+        raise ValueError(
+            f"has sampling parameter {rate!r} for scheme {scheme!r}; allowed: {allowed}"
+        )
 
 
 def _nonzero(m: NodeMessage) -> tuple[np.ndarray, np.ndarray]:
@@ -285,8 +417,11 @@ class NaiveProtocol(Protocol):
     name = "naive"
     code = 0
 
-    def _node_payload_bits(self, m, encoded):
-        return encoded.d * self.r
+    def _bits(self, d, centre_sent, count):
+        return d * self.r
+
+    def _count(self, m, encoded):
+        return encoded.d
 
     def _expected(self, n, d, p, on_s, r_bar):
         return n * d * self.r
@@ -297,8 +432,12 @@ class NaiveProtocol(Protocol):
         w.write_floats(Y, self.r)
         return encoded.d
 
+    def _check_count(self, d, count):
+        if count != d:
+            raise ValueError(f"has count {count}; the naive protocol sends all d={d} entries")
+
     def _read_payload(self, rd, d, centre_sent, count, scheme, rate):
-        Y = rd.read_floats(d, self.r)
+        Y = _finite(rd.read_floats(d, self.r), "values")
         return np.arange(d, dtype=np.int64), Y, 0.0, 0
 
 
@@ -311,8 +450,11 @@ class VaryingLengthProtocol(Protocol):
     name = "varying-length"
     code = 1
 
-    def _node_payload_bits(self, m, encoded):
-        return self.r_bar(encoded.centre_sent) + encoded.d + self.r * m.n_nonzero
+    def _bits(self, d, centre_sent, count):
+        return self.r_bar(centre_sent) + d + self.r * count
+
+    def _count(self, m, encoded):
+        return m.n_nonzero
 
     def _expected(self, n, d, p, on_s, r_bar):
         return n * (r_bar + d) + self.r * float(np.sum(p[on_s]))
@@ -329,7 +471,9 @@ class VaryingLengthProtocol(Protocol):
     def _read_payload(self, rd, d, centre_sent, count, scheme, rate):
         centre = self._read_centre(rd, centre_sent)
         idx = np.flatnonzero(rd.read_flags(d)).astype(np.int64)
-        return idx, rd.read_floats(idx.size, self.r), centre, 0
+        if idx.size != count:
+            raise ValueError(f"has {idx.size} flags set but count {count}: corrupted")
+        return idx, _finite(rd.read_floats(count, self.r), "values"), centre, 0
 
 
 class SparseProtocol(Protocol):
@@ -341,8 +485,11 @@ class SparseProtocol(Protocol):
     name = "sparse"
     code = 2
 
-    def _node_payload_bits(self, m, encoded):
-        return self.r_bar(encoded.centre_sent) + (index_bits(encoded.d) + self.r) * m.n_nonzero
+    def _bits(self, d, centre_sent, count):
+        return self.r_bar(centre_sent) + (index_bits(d) + self.r) * count
+
+    def _count(self, m, encoded):
+        return m.n_nonzero
 
     def _expected(self, n, d, p, on_s, r_bar):
         return n * r_bar + (index_bits(d) + self.r) * float(np.sum(p[on_s]))
@@ -356,12 +503,10 @@ class SparseProtocol(Protocol):
 
     def _read_payload(self, rd, d, centre_sent, count, scheme, rate):
         centre = self._read_centre(rd, centre_sent)
-        if count > d:
-            raise ValueError(f"message claims {count} entries, more than d={d}")
         idx = rd.read_uint(count, index_bits(d)).astype(np.int64)
         if idx.size and (idx.max() >= d or np.any(np.diff(idx) <= 0)):
-            raise ValueError("message indices are out of range or not increasing: corrupted")
-        return idx, rd.read_floats(count, self.r), centre, 0
+            raise ValueError("has indices out of range or not increasing: corrupted")
+        return idx, _finite(rd.read_floats(count, self.r), "values"), centre, 0
 
 
 class SeededSparseProtocol(Protocol):
@@ -394,8 +539,19 @@ class SeededSparseProtocol(Protocol):
                 "or an IndependentEncoder whose p is a scalar or one value per node (n, 1)"
             )
 
-    def _node_payload_bits(self, m, encoded):
-        return self.r_bar(encoded.centre_sent) + self.r_seed + self.r * int(m.support.size)
+    def _bits(self, d, centre_sent, count):
+        return self.r_bar(centre_sent) + self.r_seed + self.r * count
+
+    def _count(self, m, encoded):
+        return int(m.support.size)
+
+    def _check_scheme(self, scheme, rate, count):
+        if scheme not in SEEDED_SCHEMES:
+            raise ValueError(
+                f"has sampling scheme {scheme!r}; the seeded protocol needs one of {SEEDED_SCHEMES}"
+            )
+        if scheme == "k-subset" and count != int(rate):
+            raise ValueError(f"has count {count} but k = {int(rate)}: corrupted")
 
     def _expected(self, n, d, p, on_s, r_bar):
         return n * (r_bar + self.r_seed) + self.r * float(np.sum(p))
@@ -407,19 +563,19 @@ class SeededSparseProtocol(Protocol):
         return int(m.support.size)
 
     def _read_payload(self, rd, d, centre_sent, count, scheme, rate):
+        # the header was checked (scheme, rate range, count <= d, exact payload length), so the
+        # regeneration below costs O(d) for the receiver's own d
         centre = self._read_centre(rd, centre_sent)
         seed = int(rd.read_uint(1, self.r_seed)[0])
-        if scheme == "bernoulli" and 0 < rate <= 1:
+        if scheme == "bernoulli":
             idx = bernoulli_support(seed, rate, d)
-        elif scheme == "k-subset" and rate == int(rate) and 1 <= rate <= d:
-            idx = k_subset_support(seed, int(rate), d)
         else:
-            raise ValueError(f"message has an invalid sampling parameter {rate} for {scheme!r}")
+            idx = k_subset_support(seed, int(rate), d)
         if idx.size != count:
             raise ValueError(
                 f"regenerated support has {idx.size} entries but the message has {count}: corrupted"
             )
-        return idx, rd.read_floats(count, self.r), centre, seed
+        return idx, _finite(rd.read_floats(count, self.r), "values"), centre, seed
 
 
 class BinaryProtocol(Protocol):
@@ -455,8 +611,11 @@ class BinaryProtocol(Protocol):
                 f"not {encoder!r}"
             )
 
-    def _node_payload_bits(self, m, encoded):
-        return 2 * self.r + encoded.d
+    def _bits(self, d, centre_sent, count):
+        return 2 * self.r + d
+
+    def _count(self, m, encoded):
+        return 0
 
     def _expected(self, n, d, p, on_s, r_bar):
         return n * (2 * self.r + d)
@@ -472,9 +631,15 @@ class BinaryProtocol(Protocol):
         w.write_flags(Y == hi if hi != lo else np.zeros(encoded.d, bool))
         return 0
 
+    def _check_count(self, d, count):
+        if count != 0:
+            raise ValueError(f"has count {count}; the binary protocol's count field is 0")
+
     def _read_payload(self, rd, d, centre_sent, count, scheme, rate):
-        lo, hi = rd.read_floats(2, self.r)
+        lo, hi = _finite(rd.read_floats(2, self.r), "levels")
         idx = np.flatnonzero(rd.read_flags(d)).astype(np.int64)
+        if lo == hi and idx.size:
+            raise ValueError("has flags set although its two levels are equal: corrupted")
         return idx, np.full(idx.size, hi, dtype=lo.dtype), float(lo), 0
 
 

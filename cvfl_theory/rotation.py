@@ -17,19 +17,36 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._validate import check_int_in_range, raise_not_finite
 from .sampling import node_generator
+
+
+def _check_rows(X: np.ndarray, name: str) -> np.ndarray:
+    """``X`` as a finite 2-D float64 array of rows (copied)."""
+    a = np.array(X, dtype=np.float64, copy=True, order="C")
+    if a.ndim != 2 or a.shape[1] < 1:
+        raise ValueError(f"{name} must be 2-D with shape (n, d), d >= 1, got shape {a.shape}")
+    raise_not_finite(a, name)
+    return a
+
+
+def _check_seed(seed: int) -> int:
+    return check_int_in_range(seed, "seed", 0, 2**64 - 1)
+
 
 __all__ = ["padded_dimension", "random_signs", "fwht", "hadamard_rotate", "hadamard_rotate_inverse"]
 
 
 def padded_dimension(d: int) -> int:
-    """Smallest power of two ``>= d``."""
+    """Smallest power of two ``>= d`` (``d`` an integer in ``[1, 2**62]``)."""
+    d = check_int_in_range(d, "d", 1, 2**62)
     return 1 << max(0, int(d - 1).bit_length())
 
 
 def random_signs(seed: int, d: int) -> np.ndarray:
     """The diagonal of :math:`D`: ``d`` independent signs in ``{-1, +1}`` drawn from ``seed``."""
-    return node_generator(seed).integers(0, 2, size=d).astype(np.float64) * 2.0 - 1.0
+    d = check_int_in_range(d, "d", 1, 2**40)
+    return node_generator(_check_seed(seed)).integers(0, 2, size=d).astype(np.float64) * 2.0 - 1.0
 
 
 def fwht(X: np.ndarray) -> np.ndarray:
@@ -43,7 +60,7 @@ def fwht(X: np.ndarray) -> np.ndarray:
     >>> np.allclose(fwht(fwht(x)), x)
     True
     """
-    Y = np.array(X, dtype=np.float64, copy=True)
+    Y = _check_rows(X, "X")
     n, d = Y.shape
     if d & (d - 1):
         raise ValueError(f"fwht needs a power-of-two length, got {d}")
@@ -60,6 +77,7 @@ def fwht(X: np.ndarray) -> np.ndarray:
 
 def hadamard_rotate(X: np.ndarray, seed: int) -> np.ndarray:
     r"""Rows of ``X`` zero-padded to :math:`d'` and rotated: :math:`H D x` (float64)."""
+    X = _check_rows(X, "X")
     n, d = X.shape
     dp = padded_dimension(d)
     Z = np.zeros((n, dp), dtype=np.float64)

@@ -17,6 +17,8 @@ import math
 
 import numpy as np
 
+from ._validate import as_float_array, check_int_in_range, check_real
+
 __all__ = [
     "bernoulli_support",
     "bernoulli_support_varying",
@@ -26,8 +28,11 @@ __all__ = [
 
 
 def node_generator(seed: int) -> np.random.Generator:
-    """Return the generator a node's support is drawn from (SFC64 seeded by ``seed``)."""
-    return np.random.Generator(np.random.SFC64(int(seed)))
+    """Return the generator a node's support is drawn from (SFC64 seeded by ``seed``).
+
+    ``seed`` is an integer in ``[0, 2**64 - 1]``.
+    """
+    return np.random.Generator(np.random.SFC64(check_int_in_range(seed, "seed", 0, 2**64 - 1)))
 
 
 def bernoulli_support(seed: int, p: float, d: int) -> np.ndarray:
@@ -60,6 +65,8 @@ def bernoulli_support(seed: int, p: float, d: int) -> np.ndarray:
     >>> bool(np.array_equal(a, bernoulli_support(7, 0.25, 20)))
     True
     """
+    p = check_real(p, "p", 0.0, 1.0, low_open=True)
+    d = check_int_in_range(d, "d", 1, 2**53)
     if p >= 1.0:
         return np.arange(d, dtype=np.int64)
     gen = node_generator(seed)
@@ -89,12 +96,17 @@ def bernoulli_support(seed: int, p: float, d: int) -> np.ndarray:
 
 def bernoulli_support_varying(seed: int, p: np.ndarray) -> np.ndarray:
     """Indices ``j`` selected independently with probability ``p[j]`` (``p[j] = 0`` never)."""
+    p = as_float_array(p, "p", ndims=(1,), finite=False)
+    if p.size and not (p.min() >= 0 and p.max() <= 1):  # NaN fails too
+        raise ValueError(f"p must lie in [0, 1]; got {p[~((p >= 0) & (p <= 1))][0]}")
     gen = node_generator(seed)
     return np.flatnonzero(gen.random(p.shape[0]) < p).astype(np.int64)
 
 
 def k_subset_support(seed: int, k: int, d: int) -> np.ndarray:
-    """A uniformly random ``k``-subset of ``{0, ..., d-1}``, sorted (K2)."""
+    """A uniformly random ``k``-subset of ``{0, ..., d-1}``, sorted (K2); ``1 <= k``, ``1 <= d``."""
+    d = check_int_in_range(d, "d", 1, 2**53)
+    k = check_int_in_range(k, "k", 1, 2**53)
     if k >= d:
         return np.arange(d, dtype=np.int64)
     gen = node_generator(seed)

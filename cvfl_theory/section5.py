@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 
 from ._rng import RNGLike, as_generator
-from ._validate import check_int_in_range, check_matrix
+from ._validate import (
+    check_float_width,
+    check_int_in_range,
+    check_matrix,
+    check_probabilities,
+    check_real,
+)
 from .encoders import IndependentEncoder
 from .protocols import NaiveProtocol, SeededSparseProtocol, SparseProtocol, VaryingLengthProtocol
 from .table import Table
@@ -82,8 +88,13 @@ def table1(
     """
     n = check_int_in_range(n, "n", 1, 10**7)
     d = check_int_in_range(d, "d", 2, 10**9)
-    if r not in _DTYPES:
-        raise ValueError(f"r must be one of 16, 32, 64, got {r!r}")
+    r = check_float_width(r)
+    r_seed = check_int_in_range(r_seed, "r_seed", 1, 64)
+    trials = check_int_in_range(trials, "trials", 2, 10**7)
+    z = check_real(z, "z (standard errors)", 0.0, low_open=True)
+    if isinstance(p_general, (str, bytes)) or not hasattr(p_general, "__iter__"):
+        raise TypeError(f"p_general must be a sequence of probabilities, got {p_general!r}")
+    p_general = [float(check_probabilities(p, "p_general entries")) for p in p_general]
     gen = as_generator(rng)
     if X is None:
         Xn = gen.standard_normal((n, d)).astype(_DTYPES[r])

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import check_matrix
+from ._validate import check_float_width, check_int_in_range, check_matrix, check_real
 from .encoders import (
     BinaryQuantizationEncoder,
     FixedSizeEncoder,
@@ -109,12 +109,22 @@ def tradeoff_curve(
     Xn, _ = check_matrix(X)
     n, d = Xn.shape
     protocol = _check_protocol(protocol)
-    bad = [m for m in methods if m not in METHODS]
+    if isinstance(methods, str) or not hasattr(methods, "__iter__"):
+        raise TypeError(
+            f"methods must be a sequence of method names from {METHODS}, got {methods!r}"
+        )
+    bad = [m for m in methods if not isinstance(m, str) or m not in METHODS]
     if bad:
         raise ValueError(f"unknown methods {bad}; choose from {METHODS}")
-    grid = [float(c) for c in bits_grid]
-    if not grid or not all(math.isfinite(c) and c > 0 for c in grid):
-        raise ValueError(f"bits_grid must be a non-empty list of positive finite numbers: {grid}")
+    if isinstance(bits_grid, (str, bytes)) or not hasattr(bits_grid, "__iter__"):
+        raise TypeError(f"bits_grid must be a sequence of bit budgets, got {bits_grid!r}")
+    grid = [check_real(c, "bits_grid entries", 0.0, low_open=True) for c in bits_grid]
+    if not grid:
+        raise ValueError("bits_grid must be a non-empty list of positive finite numbers")
+    r = check_float_width(r)
+    r_seed = check_int_in_range(r_seed, "r_seed", 1, 64)
+    max_iter = check_int_in_range(max_iter, "max_iter", 1, 10**6)
+    rotation_seed = check_int_in_range(rotation_seed, "rotation_seed", 0, 2**63 - 1)
     proto = _protocol(protocol, r)
     rows: list[list[Any]] = []
     centres = IndependentEncoder(1.0, "mean").centres(Xn)
@@ -190,6 +200,8 @@ def plot_tradeoff(table: Table, ax: Any = None, title: str | None = None) -> Any
     >>> ax.get_xscale(), ax.get_yscale()
     ('log', 'log')
     """
+    if not isinstance(table, Table) or table.columns[:1] != ["method"]:
+        raise TypeError(f"table must be the Table of tradeoff_curve, got {type(table).__name__}")
     if ax is None:
         from matplotlib.figure import Figure
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ._rng import RNGLike, as_generator
-from ._validate import check_int_in_range, check_matrix
+from ._validate import check_int_in_range, check_matrix, check_real
 from .encoders import Encoder
 from .protocols import Protocol, applicable_protocols
 from .table import Table
@@ -161,11 +161,18 @@ def verify(
     >>> res.passed
     True
     """
+    if not isinstance(encoder, Encoder):
+        raise TypeError(f"encoder must be an Encoder, got {type(encoder).__name__}")
     trials = check_int_in_range(trials, "trials", 2, 10**9)
-    if not (isinstance(z, (int, float)) and z > 0):
-        raise ValueError(f"z must be a positive number of standard errors, got {z!r}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    z = check_real(z, "z (standard errors)", 0.0, low_open=True)
+    alpha = check_real(alpha, "alpha", 0.0, 1.0, low_open=True, high_open=True)
+    if protocols is not None and (
+        isinstance(protocols, (str, bytes, Protocol))
+        or not all(isinstance(p, Protocol) for p in protocols)
+    ):
+        raise TypeError(
+            f"protocols must be a list of Protocol instances or None, got {protocols!r}"
+        )
     Xn, _ = check_matrix(X)
     n, d = Xn.shape
     gen = as_generator(rng)

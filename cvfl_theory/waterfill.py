@@ -44,6 +44,7 @@ from ._backend import to_numpy
 
 __all__ = ["Certificate", "WaterFillResult", "water_fill"]
 
+_F64_MAX = float(np.finfo(np.float64).max)
 #: Candidate sets at most this large are solved by sorting.
 _SMALL = 8192
 #: Size of the random sample used to bracket the threshold.
@@ -196,6 +197,14 @@ def _check_weights(a: np.ndarray, name: str = "a") -> None:
         bad = np.argwhere(~np.isfinite(a))[0]
         raise ValueError(f"{name} must be finite; found {a[tuple(bad)]} at index {tuple(bad)}")
     mn = a.min()
+    top = float(a.max())
+    if not math.isfinite(top * top):
+        bad = np.argwhere(a == top)[0]
+        raise ValueError(
+            f"{name} is too large: a^2 overflows float64 for a = {top:g} at index "
+            f"{tuple(int(b) for b in bad)}; the objective needs a <= {math.sqrt(_F64_MAX):.4g}: "
+            "rescale"
+        )
     if mn < 0:
         bad = np.argwhere(a < 0)[0]
         raise ValueError(
@@ -451,6 +460,10 @@ def water_fill(a: Any, budget: float, caps: Any = None) -> WaterFillResult:
             f"the dynamic range of a is too large for float64: p = a/lambda underflows to 0 for "
             f"a = {small:g} (lambda = {lam:g}); such entries carry no usable information — set "
             "them to exactly 0 (X = mu) before optimising"
+        )
+    if not math.isfinite(obj):
+        raise ValueError(
+            "a is too large: the objective sum (1/p - 1) a^2 overflows float64; rescale a"
         )
     return WaterFillResult(
         p=kind.wrap(p.reshape(arr.shape)),

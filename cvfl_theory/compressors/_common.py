@@ -2,12 +2,13 @@ r"""Helpers shared by the quantizers: the range options of C5.5 and the kernels'
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from .. import _kernels
-from .._validate import raise_not_finite
+from .._validate import check_real, raise_not_finite
 from ..bitpack import BitReader, BitWriter
 
 __all__ = [
@@ -23,13 +24,23 @@ __all__ = [
 _MODES = ("minmax-row", "minmax-tensor")
 
 
+#: Largest width ``hi - lo`` of a fixed range: its square (in the error laws) stays finite.
+MAX_RANGE_WIDTH = math.sqrt(float(np.finfo(np.float64).max))
+
+
 def parse_range(value: Any) -> tuple[float, float] | str:
     """Validate the ``range`` argument of a quantizer.
+
+    A fixed range ``(lo, hi)`` must be two real numbers (not bools), finite, with ``lo < hi`` and
+    a width ``hi - lo`` that is finite and at most :data:`MAX_RANGE_WIDTH` (about
+    1.34e154, so the error laws, quadratic in the width, are finite). Whether
+    the width is wide enough for the quantizer's step is checked by the quantizer (it depends on
+    ``bits``).
 
     Raises
     ------
     ValueError
-        A fixed range that is not finite with ``lo < hi``, or an unknown mode.
+        A fixed range that breaks the rules above, or an unknown mode.
     TypeError
         Anything that is neither a pair of numbers nor a mode string.
     """
@@ -40,13 +51,24 @@ def parse_range(value: Any) -> tuple[float, float] | str:
             )
         return value
     try:
-        lo, hi = (float(v) for v in value)
-    except (TypeError, ValueError):
+        pair = list(value)
+    except TypeError:
         raise TypeError(
             f"range must be (lo, hi), 'minmax-row' or 'minmax-tensor'; got {value!r}"
         ) from None
-    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
-        raise ValueError(f"range (lo, hi) must be finite with lo < hi, got ({lo}, {hi})")
+    if len(pair) != 2:
+        raise ValueError(f"range (lo, hi) must have 2 numbers, got {len(pair)}: {value!r}")
+    lo = check_real(pair[0], "range lo")
+    hi = check_real(pair[1], "range hi")
+    if not lo < hi:
+        raise ValueError(f"range (lo, hi) must have lo < hi, got ({lo}, {hi})")
+    with np.errstate(over="ignore"):
+        width = float(np.float64(hi) - np.float64(lo))
+    if not width <= MAX_RANGE_WIDTH:
+        raise ValueError(
+            f"range ({lo:g}, {hi:g}) is too wide: hi - lo = {width:g} must be at most "
+            f"{MAX_RANGE_WIDTH:.4g} (the error laws square it in float64)"
+        )
     return (lo, hi)
 
 

@@ -30,6 +30,15 @@ zero padding            0..7                     framing
 CRC-32 (zlib)           32                       framing (over every byte before it)
 ======================  =======================  ===================================================
 
+Bytes from outside are hostile: :meth:`Compressed.from_bytes` checks every header field before it
+allocates anything of the size the header claims (see its Notes). The configuration is parsed with
+a bounded grammar: at most 1024 ASCII bytes and nesting depth 3 (checked by a linear scan before
+:func:`json.loads` runs), a flat object ``{"args": {name: int | float | bool | null | str |
+[at most 4 numbers]}, "name": str}`` of a registered compressor, and it must be byte-for-byte the
+canonical encoding of the compressor it builds (so one compressor has one header). The device
+string comes from an allow-list: empty for numpy, ``"cpu"`` or the device the caller expects for
+torch; the dtype code from float16/32/64.
+
 The dither of the dithered quantizers is *shared randomness*: sender and receiver run the same
 pseudo-random generator from a 64-bit seed. The seed is carried in the header and counted as
 **framing**, not payload, because in a deployment it is agreed once (e.g. derived from the round
@@ -62,6 +71,97 @@ _DTYPES: dict[int, np.dtype] = {
 }
 _DTYPE_CODES = {v: k for k, v in _DTYPES.items()}
 _REGISTRY: dict[str, type[Compressor]] = {}
+_MAX_CONFIG_BYTES = 1024
+_MAX_CONFIG_DEPTH = 3  # {"args": {"range": [lo, hi]}}
+_MAX_CONFIG_LIST = 4
+_MAX_DEVICE_BYTES = 64
+_MAX_SEED = 1 << 63  # draw_seed gives seeds in [0, 2**63 - 1)
+_MIN_HEADER_BYTES = 44  # the fixed fields of the table above, with empty config and device
+# Without an expected shape, a message may decode to at most this many components per byte (2 KiB
+# of float64 per byte): the dense compressors send >= 1 bit per component (8 per byte), top-k
+# reaches 256 only below k/P ~ 1/1000, while a 0-bit codebook (hex, bits=1, no dither) or a
+# forged P would otherwise make a tiny message decode to any size.
+_MAX_ELEMENTS_PER_BYTE = 256
+
+
+def _config_bytes(comp: Compressor) -> bytes:
+    """The canonical header encoding of a compressor's configuration."""
+    return json.dumps({"name": comp.name, "args": comp.config()}, sort_keys=True).encode()
+
+
+def _json_depth(text: str) -> int:
+    """Maximum nesting depth of ``[``/``{`` outside strings (linear scan, no recursion)."""
+    depth = deepest = 0
+    in_str = escaped = False
+    for ch in text:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _flat_value(v: Any) -> bool:
+    """A configuration value of the bounded grammar: a scalar or a short list of numbers."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return True
+    return (
+        isinstance(v, list)
+        and len(v) <= _MAX_CONFIG_LIST
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+    )
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"non-finite number {name} in the configuration")
+
+
+def _parse_config(raw: bytes) -> Compressor:
+    """Rebuild the compressor of a header's configuration bytes, with a bounded grammar.
+
+    Raises
+    ------
+    ValueError
+        Longer than 1024 bytes, not ASCII, nested deeper than 3, not JSON of the form
+        ``{"args": {...}, "name": ...}`` with flat values, an unknown compressor, arguments its
+        constructor refuses, or not the canonical encoding of the compressor it builds.
+    """
+    if len(raw) > _MAX_CONFIG_BYTES:
+        raise ValueError(f"configuration of {len(raw)} bytes, longer than {_MAX_CONFIG_BYTES}")
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise ValueError("configuration is not ASCII") from None
+    if _json_depth(text) > _MAX_CONFIG_DEPTH:
+        raise ValueError(f"configuration nested deeper than {_MAX_CONFIG_DEPTH}")
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise ValueError(f"configuration is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict) or set(obj) != {"args", "name"}:
+        raise ValueError("configuration must be an object with the keys 'args' and 'name'")
+    name, args = obj["name"], obj["args"]
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise ValueError(f"unknown compressor {name!r} (known: {sorted(_REGISTRY)})")
+    if not isinstance(args, dict) or not all(_flat_value(v) for v in args.values()):
+        raise ValueError("configuration 'args' must map names to numbers, strings or short lists")
+    try:
+        comp = _REGISTRY[name](**args)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"configuration refused by {name}: {exc}") from None
+    if _config_bytes(comp) != raw:
+        raise ValueError("configuration is not in the canonical form of the compressor it builds")
+    return comp
 
 
 def shape2d(shape: Any, name: str = "shape") -> tuple[int, int]:
@@ -130,9 +230,18 @@ def as_matrix(
 
 
 def _shape_or_x(x_or_shape: Any) -> tuple[tuple[int, int], np.ndarray | None]:
-    """Split the ``x_or_shape`` argument into ``((B, P), array or None)``."""
+    """Split the ``x_or_shape`` argument into ``((B, P), array or None)``.
+
+    A ``tuple`` is a shape, a numpy array or torch tensor is data; a ``list`` is refused, since
+    ``[4, 5]`` could mean either (pass ``np.asarray(...)`` for data, ``tuple(...)`` for a shape).
+    """
     if isinstance(x_or_shape, tuple):
         return shape2d(x_or_shape, "x_or_shape"), None
+    if isinstance(x_or_shape, list):
+        raise TypeError(
+            f"x_or_shape is a list ({x_or_shape!r:.60}), which is ambiguous: pass the data as a "
+            "numpy array or torch tensor, or the shape as a tuple (P,) or (B, P)"
+        )
     a, _, _, _ = as_matrix(x_or_shape, "x_or_shape")
     B, P = a.shape
     return (B, P), a
@@ -207,11 +316,9 @@ class Compressed:
         w.write_uint([int(self.seed is not None)], 8)
         w.write_uint([0 if self.seed is None else self.seed], 64)
         w.write_uint([self.n_clipped, self.payload_bits], 64)
-        config = json.dumps(
-            {"name": self.compressor.name, "args": self.compressor.config()}, sort_keys=True
-        ).encode()
+        config = _config_bytes(self.compressor)
         device = (self.kind.device or "").encode()
-        if len(config) >= 1 << 16 or len(device) >= 1 << 8:
+        if len(config) > _MAX_CONFIG_BYTES or len(device) > _MAX_DEVICE_BYTES:
             raise ValueError("compressor configuration or device name too long for the header")
         w.write_uint([len(config)], 16)
         w.write_uint(np.frombuffer(config, np.uint8), 8)
@@ -228,64 +335,191 @@ class Compressed:
         return self._bytes
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Compressed:
-        """Parse a message written by :meth:`to_bytes`.
+    def from_bytes(
+        cls,
+        data: bytes,
+        *,
+        compressor: Compressor | None = None,
+        shape: tuple[int, ...] | None = None,
+        dtype: Any = None,
+        device: str | None = None,
+    ) -> Compressed:
+        """Parse a message written by :meth:`to_bytes`, checking it against what the caller expects.
+
+        Parameters
+        ----------
+        data : bytes
+            The message.
+        compressor : Compressor, optional
+            The compressor the receiver expects: the header's configuration must be its canonical
+            encoding (no configuration is parsed then), and the result uses this object.
+            Default: rebuilt from the header with a bounded grammar (see the module docstring).
+        shape : tuple of int, optional
+            The expected ``(P,)`` or ``(B, P)``. Default: any shape of at most 256 components
+            per message byte (a top-k message sparser than ``k/P`` ~ 1/1000 needs ``shape``).
+        dtype : numpy dtype, optional
+            The expected dtype (float16/32/64); default: any of them.
+        device : str, optional
+            A torch device the receiver accepts besides ``"cpu"`` (e.g. ``"cuda:0"``); default:
+            a torch message must be for ``"cpu"``. A numpy message must name no device.
+
+        Returns
+        -------
+        Compressed
 
         Raises
         ------
         ValueError
-            Truncated or corrupted data (bad magic, checksum, length or configuration).
+            Truncated, extended or corrupted data (bad magic, checksum, length, a header field
+            out of range or not what the caller expects, a bad configuration or payload).
+        TypeError
+            ``data`` is not bytes, or an expectation argument has the wrong type.
+
+        Notes
+        -----
+        Bytes from outside are hostile. Every header field is checked before the payload is read:
+        magic, version, dtype code, ``ndim`` (1 with ``B = 1``, or 2), ``B, P >= 1``, flags that
+        are 0 or 1, no seed without the seed flag and a seed exactly when the compressor dithers,
+        a clipped count ``<= B P`` and 0 unless the compressor has a fixed range, the
+        configuration (bounded grammar, canonical form), the device (allow-list), the shape
+        against the compressor (e.g. ``k <= P``), the payload length against
+        ``payload_bits(shape)`` **and** against the message length (up to zero padding), so the
+        memory and work of parsing are bounded by the message length. The payload fields are
+        checked by the compressor (finite values and ranges, indices in range).
+
+        Examples
+        --------
+        >>> from cvfl_theory.compressors import ScalarQuantizer
+        >>> q = ScalarQuantizer(3)
+        >>> msg = q.compress(np.ones((2, 4)), rng=0).to_bytes()
+        >>> Compressed.from_bytes(msg, compressor=q, shape=(2, 4)).shape
+        (2, 4)
+        >>> Compressed.from_bytes(msg, shape=(4, 2))
+        Traceback (most recent call last):
+        ...
+        ValueError: header shape (2, 4) is not the expected shape (4, 2)
         """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data must be bytes, got {type(data).__name__}")
-        data = bytes(data)
-        if len(data) < 4 + 4:
-            raise ValueError(f"message truncated: {len(data)} bytes is shorter than any header")
-        body, crc = data[:-4], int.from_bytes(data[-4:], "big")
-        if zlib.crc32(body) != crc:
+        if compressor is not None and not isinstance(compressor, Compressor):
+            raise TypeError(f"compressor must be a Compressor, got {type(compressor).__name__}")
+        if shape is not None:
+            B_, P_ = shape2d(shape, "shape")
+            shape = (P_,) if len(tuple(shape)) == 1 else (B_, P_)
+        if dtype is not None:
+            try:
+                dtype = np.dtype(dtype)
+            except TypeError:
+                raise TypeError(
+                    f"dtype must be float16, float32 or float64, got {dtype!r}"
+                ) from None
+            if dtype not in _DTYPE_CODES:
+                raise ValueError(f"dtype must be float16, float32 or float64, got {dtype}")
+        if device is not None and not isinstance(device, str):
+            raise TypeError(f"device must be a str such as 'cuda:0', got {device!r}")
+        raw = data if isinstance(data, bytes) else bytes(data)
+        if len(raw) < _MIN_HEADER_BYTES + 4:
+            raise ValueError(f"message truncated: {len(raw)} bytes is shorter than any header")
+        body = memoryview(raw)[:-4]
+        if zlib.crc32(body) != int.from_bytes(raw[-4:], "big"):
             raise ValueError("message corrupted or truncated: CRC-32 checksum mismatch")
         r = BitReader(body)
         if int(r.read_uint(1, 32)[0]) != _MAGIC:
             raise ValueError("not a compressed-embedding message (bad magic number)")
         version, dcode, ndim = (int(v) for v in r.read_uint(3, 8))
         if version != _VERSION or dcode not in _DTYPES or ndim not in (1, 2):
-            raise ValueError(f"unsupported header: version {version}, dtype {dcode}, ndim {ndim}")
-        B, P = (int(v) for v in r.read_uint(2, 32))
-        is_torch = bool(r.read_uint(1, 8)[0])
-        has_seed = bool(r.read_uint(1, 8)[0])
-        seed = int(r.read_uint(1, 64)[0])
-        n_clipped, nbits = (int(v) for v in r.read_uint(2, 64))
-        clen = int(r.read_uint(1, 16)[0])
-        config_raw = r.read_uint(clen, 8).astype(np.uint8).tobytes()
-        dlen = int(r.read_uint(1, 8)[0])
-        device = r.read_uint(dlen, 8).astype(np.uint8).tobytes().decode("ascii", "replace")
-        try:
-            config = json.loads(config_raw)
-            comp = _REGISTRY[config["name"]](**config["args"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"bad compressor configuration in header: {exc}") from None
-        shape = (P,) if ndim == 1 else (B, P)
-        if ndim == 1 and B != 1:
-            raise ValueError(f"header says a vector but B = {B}")
-        if nbits != comp.payload_bits(shape):
             raise ValueError(
-                f"payload length {nbits} does not match {comp.payload_bits(shape)} for {shape}"
+                f"unsupported header: version {version} (allowed {_VERSION}), dtype code {dcode} "
+                f"(allowed {sorted(_DTYPES)}), ndim {ndim} (allowed 1, 2)"
+            )
+        B, P = (int(v) for v in r.read_uint(2, 32))
+        if B < 1 or P < 1 or (ndim == 1 and B != 1):
+            raise ValueError(f"header has an invalid shape: ndim {ndim}, B = {B}, P = {P}")
+        hdr_shape = (P,) if ndim == 1 else (B, P)
+        if shape is not None and hdr_shape != shape:
+            raise ValueError(f"header shape {hdr_shape} is not the expected shape {shape}")
+        if shape is None and B * P > _MAX_ELEMENTS_PER_BYTE * len(raw):
+            raise ValueError(
+                f"header shape {hdr_shape} has more than {_MAX_ELEMENTS_PER_BYTE} components per "
+                f"message byte ({len(raw)} bytes); pass the expected shape=... to accept it"
+            )
+        if dtype is not None and _DTYPES[dcode] != dtype:
+            raise ValueError(f"header dtype {_DTYPES[dcode]} is not the expected dtype {dtype}")
+        is_torch, has_seed = (int(v) for v in r.read_uint(2, 8))
+        seed = int(r.read_uint(1, 64)[0])
+        if is_torch > 1 or has_seed > 1 or (not has_seed and seed) or seed >= _MAX_SEED:
+            raise ValueError(
+                f"header has invalid flags: torch {is_torch}, has-seed {has_seed}, seed {seed}"
+            )
+        n_clipped, nbits = (int(v) for v in r.read_uint(2, 64))
+        if n_clipped > B * P:
+            raise ValueError(f"header claims {n_clipped} clipped entries, more than B*P = {B * P}")
+        clen = int(r.read_uint(1, 16)[0])
+        if clen > _MAX_CONFIG_BYTES:
+            raise ValueError(f"configuration of {clen} bytes, longer than {_MAX_CONFIG_BYTES}")
+        config_raw = r.read_uint(clen, 8, np.uint8).tobytes()
+        dlen = int(r.read_uint(1, 8)[0])
+        if dlen > _MAX_DEVICE_BYTES:
+            raise ValueError(f"device name of {dlen} bytes, longer than {_MAX_DEVICE_BYTES}")
+        dev = _check_device(r.read_uint(dlen, 8, np.uint8).tobytes(), bool(is_torch), device)
+        if compressor is not None:
+            if config_raw != _config_bytes(compressor):
+                raise ValueError(f"message was not produced by {compressor!r}")
+            comp = compressor
+        else:
+            comp = _parse_config(config_raw)
+        if has_seed != comp._uses_seed():
+            raise ValueError(
+                f"header {'has' if has_seed else 'lacks'} a dither seed; {comp!r} "
+                f"{'does not dither' if has_seed else 'dithers'}"
+            )
+        if n_clipped and not comp._can_clip():
+            raise ValueError(f"header claims {n_clipped} clipped entries; {comp!r} never clips")
+        comp._check_shape((B, P))
+        expected_bits = comp.payload_bits(hdr_shape)
+        if nbits != expected_bits:
+            raise ValueError(
+                f"payload length {nbits} does not match {expected_bits} for {hdr_shape}"
+            )
+        if not 0 <= r.remaining - nbits < 8:
+            raise ValueError(
+                f"message length does not match its payload length: {r.remaining} bits after "
+                f"the header for a payload of {nbits}"
             )
         start = r.pos
         fields = comp._read_payload(r, (B, P))
-        if r.pos - start != nbits or (r.nbits - r.pos) >= 8:
+        if r.pos - start != nbits or not r.padding_is_zero():
             raise ValueError("message length does not match its payload length")
-        kind = ArrayKind(torch=is_torch, device=device or None) if is_torch else ArrayKind()
+        kind = ArrayKind(torch=True, device=dev) if is_torch else ArrayKind()
         return cls(
             compressor=comp,
-            shape=shape,
+            shape=hdr_shape,
             dtype=_DTYPES[dcode],
             kind=kind,
             data=fields,
             seed=seed if has_seed else None,
             n_clipped=n_clipped,
-            _bytes=data,
+            _bytes=raw,
         )
+
+
+def _check_device(raw: bytes, is_torch: bool, expected: str | None) -> str:
+    """The header's device string if it is on the allow-list (see :meth:`Compressed.from_bytes`)."""
+    try:
+        dev = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise ValueError("header device name is not ASCII") from None
+    if not is_torch:
+        if dev:
+            raise ValueError(f"header of a numpy message names a device {dev!r}")
+        return dev
+    allowed = {"cpu"} if expected is None else {"cpu", expected}
+    if dev not in allowed:
+        raise ValueError(
+            f"header device {dev!r} is not allowed (allowed: {sorted(allowed)}; pass "
+            "device=... to from_bytes to accept another)"
+        )
+    return dev
 
 
 class Compressor(ABC):
@@ -348,13 +582,24 @@ class Compressor(ABC):
         return Compressed(self, shape, dtype, kind, data, seed, n_clipped)
 
     def decompress(self, c: Compressed) -> Any:
-        """Reconstruct the tensor from ``c`` (same kind, dtype, device and shape as the input)."""
+        """Reconstruct the tensor from ``c`` (same kind, dtype, device and shape as the input).
+
+        Raises
+        ------
+        ValueError
+            ``c`` comes from another compressor, or a reconstructed value overflows ``c.dtype``
+            (a range at the edge of the dtype, or a forged message): never a silent inf.
+        """
         if not isinstance(c, Compressed):
             raise TypeError(f"c must be a Compressed, got {type(c).__name__}")
         if c.compressor != self:
             raise ValueError(f"c was produced by {c.compressor!r}, not by {self!r}")
         out = self._decompress(c.data, c.seed, c.shape2d, c.dtype)
-        return c.kind.wrap(out.astype(c.dtype, copy=False).reshape(c.shape))
+        with np.errstate(over="ignore"):  # an overflow is refused just below
+            out = out.astype(c.dtype, copy=False)
+        if not np.isfinite(out).all():
+            raise ValueError(f"decompressed values overflow {np.dtype(c.dtype)}: corrupted message")
+        return c.kind.wrap(out.reshape(c.shape))
 
     def roundtrip(self, x: Any, rng: RNGLike = None) -> Any:
         """``decompress(compress(x, rng))``, bit for bit.
@@ -382,6 +627,14 @@ class Compressor(ABC):
     # ---- hooks ---------------------------------------------------------------------------
     def _check_shape(self, shape: tuple[int, int]) -> None:
         """Raise if this compressor cannot handle ``(B, P)`` (e.g. ``k > P``)."""
+
+    def _uses_seed(self) -> bool:
+        """True if every message of this compressor carries a dither seed."""
+        return False
+
+    def _can_clip(self) -> bool:
+        """True if a message of this compressor may have clipped entries (a fixed range)."""
+        return False
 
     @abstractmethod
     def _compress(

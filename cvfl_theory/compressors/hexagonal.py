@@ -146,6 +146,9 @@ class HexLatticeQuantizer(RangeQuantizer):
         B, P = shape2d(shape)
         return B * ((P + 1) // 2) * self.index_bits + range_bits(self.range, B)
 
+    def _cell_length(self, span: float) -> float:
+        return self.codebook.a * span
+
     # ---- error laws (cell parameter: the cell area) -------------------------------------------
     def _fixed_cell(self) -> float | None:
         return self.cell_area

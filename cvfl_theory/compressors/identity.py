@@ -1,4 +1,8 @@
-r"""The identity compressor: every component sent as an IEEE float (C5, uncompressed baseline)."""
+r"""The identity compressor: every component sent as an IEEE float (C5, uncompressed baseline).
+
+A finite component beyond the largest finite float of the wire's width ``r`` is refused with a
+``ValueError`` naming the value and the representable range (never sent as ``inf``, never clipped).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from .._rng import RNGLike
-from ..bitpack import BitReader, BitWriter, float_dtype
+from .._validate import check_fits_float, check_float_width
+from ..bitpack import BitReader, BitWriter
 from .base import Compressor, _shape_or_x, shape2d
 
 __all__ = ["Identity"]
@@ -23,6 +28,10 @@ class Identity(Compressor):
 
     Notes
     -----
+    An entry beyond the largest finite ``r``-bit float (65504 for ``r = 16``, about
+    :math:`3.4 \cdot 10^{38}` for ``r = 32``) is **refused** with ``ValueError`` naming the value and
+    the representable range, never sent as ``inf`` (nor clipped).
+
     ``payload_bits = r B P``. The error is :math:`\|\mathrm{fl}_r(x) - x\|_F^2`, which is 0 when
     ``x`` is representable in ``r`` bits (e.g. float32 input with ``r = 32``);
     ``expected_error(shape)`` returns 0 (the representable case) and ``expected_error(x)`` the
@@ -39,8 +48,7 @@ class Identity(Compressor):
     name = "identity"
 
     def __init__(self, r: int = 32) -> None:
-        float_dtype(r)
-        self.r = int(r)
+        self.r = check_float_width(r)
 
     def config(self) -> dict[str, Any]:
         """Constructor arguments."""
@@ -56,7 +64,7 @@ class Identity(Compressor):
         _, a = _shape_or_x(x_or_shape)
         if a is None:
             return 0.0
-        d = a.astype(float_dtype(self.r).newbyteorder("=")).astype(np.float64) - a
+        d = check_fits_float(a, self.r, "x").astype(np.float64) - a
         return float(np.sum(d * d))
 
     def published_bound(self, x_or_shape: Any) -> float:
@@ -67,7 +75,7 @@ class Identity(Compressor):
     def _compress(
         self, a: np.ndarray, rng: RNGLike
     ) -> tuple[dict[str, np.ndarray], int | None, int]:
-        return {"values": a.astype(float_dtype(self.r).newbyteorder("="))}, None, 0
+        return {"values": check_fits_float(a, self.r, "x")}, None, 0
 
     def _decompress(
         self,
@@ -84,4 +92,7 @@ class Identity(Compressor):
         w.write_floats(data["values"].ravel(), self.r)
 
     def _read_payload(self, r: BitReader, shape: tuple[int, int]) -> dict[str, np.ndarray]:
-        return {"values": r.read_floats(shape[0] * shape[1], self.r).reshape(shape)}
+        values = r.read_floats(shape[0] * shape[1], self.r)
+        if not np.isfinite(values).all():
+            raise ValueError("corrupted payload: non-finite values")
+        return {"values": values.reshape(shape)}

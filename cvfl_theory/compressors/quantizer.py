@@ -35,6 +35,9 @@ from ._common import (
 )
 from .base import Compressor, _shape_or_x, draw_seed
 
+#: Smallest cell length of a fixed range: the 2**-32 dither grid on it stays a normal float64.
+_MIN_CELL = float(np.finfo(np.float64).tiny) * 2.0**32
+
 __all__ = ["RangeQuantizer"]
 
 
@@ -68,9 +71,42 @@ class RangeQuantizer(Compressor):
             raise ValueError(f"out_of_range must be 'clip' or 'raise', got {out_of_range!r}")
         self.out_of_range = out_of_range
         self._setup()
+        self._check_fixed_cell()
 
     def _setup(self) -> None:
         """Build what derives from the validated arguments (e.g. a codebook); may raise."""
+
+    @abstractmethod
+    def _cell_length(self, span: float) -> float:
+        """Distance between neighbouring reconstruction points for a range of width ``span``."""
+
+    def _check_fixed_cell(self) -> None:
+        r"""Refuse a fixed range too narrow for float64 to resolve the quantizer's cells.
+
+        The cell length (the step, or the lattice's minimum distance) must be a normal float64
+        even at the dither's resolution (:math:`2^{-32}` of it: at least :math:`2^{32}` times
+        the smallest normal, about :math:`9.6 \cdot 10^{-299}`), and at least 4 float64 spacings
+        at the range's endpoints, so that reconstructions :math:`h_{\min} + t\Delta` are
+        distinct, inside the dithered range, and follow the exact error law.
+        """
+        if isinstance(self.range, str):
+            return
+        lo, hi = self.range
+        span = hi - lo
+        cell = self._cell_length(span)
+        floor = max(_MIN_CELL, 4.0 * float(np.spacing(max(abs(lo), abs(hi)))))
+        if not cell >= floor:
+            raise ValueError(
+                f"range ({lo:g}, {hi:g}) is too narrow for bits={self.bits}: its cell length "
+                f"{cell:g} is below {floor:g}, the smallest float64 resolves there (a subnormal "
+                f"or under-resolved step); use a range with hi - lo >= {floor * span / cell:.3g}"
+            )
+
+    def _uses_seed(self) -> bool:
+        return self.dither
+
+    def _can_clip(self) -> bool:
+        return not isinstance(self.range, str)
 
     def config(self) -> dict[str, Any]:
         """Constructor arguments."""
@@ -247,7 +283,13 @@ class RangeQuantizer(Compressor):
 
     def _read_payload(self, r: BitReader, shape: tuple[int, int]) -> dict[str, np.ndarray]:
         data = read_range(r, self.range, shape[0])
+        if data and not (
+            np.isfinite(data["lo"]).all()
+            and np.isfinite(data["hi"]).all()
+            and np.all(data["lo"] <= data["hi"])
+        ):
+            raise ValueError("corrupted range in the payload: not finite with lo <= hi")
         rows, cols = self._index_shape(shape)
-        idx = r.read_uint(rows * cols, self._index_bits).reshape(rows, cols)
-        data["idx"] = idx.astype(self._index_dtype)
+        idx = r.read_uint(rows * cols, self._index_bits, self._index_dtype)
+        data["idx"] = idx.reshape(rows, cols)
         return data

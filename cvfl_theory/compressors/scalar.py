@@ -107,6 +107,9 @@ class ScalarQuantizer(RangeQuantizer):
         B, P = shape2d(shape)
         return self.bits * B * P + range_bits(self.range, B)
 
+    def _cell_length(self, span: float) -> float:
+        return span / (self.levels - 1)
+
     # ---- error laws (cell parameter: the step) ------------------------------------------------
     def _fixed_cell(self) -> float | None:
         return self.step

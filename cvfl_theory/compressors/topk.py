@@ -1,4 +1,8 @@
-r"""Per-row magnitude top-k sparsification (THEORY C5.4)."""
+r"""Per-row magnitude top-k sparsification (THEORY C5.4).
+
+A kept value beyond the largest finite float of the wire's width ``r`` is refused with a
+``ValueError`` naming the value and the representable range (never sent as ``inf``, never clipped).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,8 @@ import numpy as np
 
 from .. import _kernels
 from .._rng import RNGLike
-from .._validate import check_int_in_range, raise_not_finite
-from ..bitpack import BitReader, BitWriter, float_dtype
+from .._validate import check_fits_float, check_float_width, check_int_in_range, raise_not_finite
+from ..bitpack import BitReader, BitWriter
 from ._common import kernel_input, type_code
 from .base import Compressor, _shape_or_x, shape2d
 
@@ -44,7 +48,8 @@ class TopK(Compressor):
         \text{bits}/32 \rfloor` (rounded **down** so the value bits :math:`32k` never exceed
         :math:`P\,\text{bits}`), and at least 1. ``bits`` in ``[1, 32]``.
     r : {32, 16, 64}
-        Bits per transmitted value.
+        Bits per transmitted value. A kept value beyond the largest finite ``r``-bit float
+        (65504 for ``r = 16``) is refused with ``ValueError``, never sent as ``inf``.
 
     Notes
     -----
@@ -77,8 +82,7 @@ class TopK(Compressor):
             raise ValueError(f"give exactly one of k and bits, got k={k!r}, bits={bits!r}")
         self.k = None if k is None else check_int_in_range(k, "k", 1, 2**31 - 1)
         self.bits = None if bits is None else check_int_in_range(bits, "bits", 1, 32)
-        float_dtype(r)
-        self.r = int(r)
+        self.r = check_float_width(r)
 
     def config(self) -> dict[str, Any]:
         """Constructor arguments."""
@@ -148,9 +152,11 @@ class TopK(Compressor):
         vals = np.empty((B, k), a.dtype)
         if _kernels.topk_select(a, type_code(a), B, P, k, cols, vals):
             raise_not_finite(a, "x")
-        vdt = float_dtype(self.r).newbyteorder("=")
         return (
-            {"idx": cols.astype(_index_dtype(P)), "values": vals.astype(vdt, copy=False)},
+            {
+                "idx": cols.astype(_index_dtype(P)),
+                "values": check_fits_float(vals, self.r, "x", False),
+            },
             None,
             0,
         )
@@ -188,15 +194,19 @@ class TopK(Compressor):
         B, P = shape
         k = self.k_for(P)
         vals = r.read_floats(B * k, self.r).reshape(B, k)
+        if not np.isfinite(vals).all():
+            raise ValueError("corrupted top-k payload: non-finite values")
         width = (P - 1).bit_length()
         if P <= k * width:
             mask = r.read_flags(B * P).reshape(B, P)
             counts = np.count_nonzero(mask, axis=1)
             if np.any(counts != k):
                 raise ValueError(f"corrupted top-k mask: a row does not have k={k} entries")
-            cols = np.nonzero(mask)[1].reshape(B, k)
+            cols = np.nonzero(mask)[1].reshape(B, k).astype(_index_dtype(P))
         else:
-            cols = r.read_uint(B * k, width).reshape(B, k)
-            if np.any(cols >= P):
-                raise ValueError(f"corrupted top-k indices: an index is >= P={P}")
-        return {"idx": cols.astype(_index_dtype(P)), "values": vals}
+            cols = r.read_uint(B * k, width, _index_dtype(P)).reshape(B, k)
+            if np.any(cols >= P) or np.any(np.diff(cols.astype(np.int64), axis=1) <= 0):
+                raise ValueError(
+                    f"corrupted top-k indices: an index is >= P={P} or a row is not increasing"
+                )
+        return {"idx": cols, "values": vals}
