@@ -1,4 +1,9 @@
-"""K1.2 (Lemma 3.2 of [KR]): MSE = (1/n^2) sum_ij (1/p_ij - 1)(X_i(j) - mu_i)^2."""
+"""K1.2 (Lemma 3.2 of [KR]): MSE = (1/n^2) sum_ij (1/p_ij - 1)(X_i(j) - mu_i)^2.
+
+The exact MSE sums over all supports weighted by the check's own p, and is compared with K1.2
+written out in the check (own p, own centres); the encoder's ``mse`` and the supports its
+``encode`` draws are checked against the same values.
+"""
 
 import itertools
 
@@ -8,8 +13,10 @@ import sympy as sp
 from cvfl_theory import IndependentEncoder
 from cvfl_theory.testing.exact import exact_moments
 
-from ._common import roundoff, small_data
-from .result import CheckResult
+from ._common import k12_formula, roundoff, sampler_comparison, small_data
+from .result import CheckResult, Comparison
+
+P = np.array([[0.2, 0.5, 1.0], [0.7, 0.1, 0.4]])
 
 
 def symbolic(n: int = 2, d: int = 2) -> bool:
@@ -37,17 +44,21 @@ def symbolic(n: int = 2, d: int = 2) -> bool:
 
 def check() -> CheckResult:
     X = small_data(2, 3)
-    p = np.array([[0.2, 0.5, 1.0], [0.7, 0.1, 0.4]])
-    enc = IndependentEncoder(p, mu="mean")
-    m = exact_moments(enc, X)
-    closed = enc.mse(X)
+    enc = IndependentEncoder(P.copy(), mu="mean")
+    closed = k12_formula(X, P, X.mean(axis=1))
+    m = exact_moments(enc, X, inclusion=P)
     return CheckResult(
         label="K1.2",
         claim="MSE = (1/n^2) sum_ij (1/p_ij - 1)(X_i(j) - mu_i)^2",
         method="sympy: all 16 supports of n=d=2 with symbolic x, p, mu; exact enumeration "
-        "(2^6 supports) of the encoder's own messages",
+        "(2^6 supports, weights from the given p) of the encoder's own messages vs K1.2 written "
+        "out; IndependentEncoder.mse vs K1.2; frequency test of encode()'s supports",
         symbolic=symbolic(),
         empirical=m.mse,
         theoretical=closed,
         tolerance=roundoff(closed),
+        comparisons=(
+            Comparison("IndependentEncoder.mse vs K1.2", enc.mse(X), closed, roundoff(closed)),
+            sampler_comparison(enc, X, P),
+        ),
     )

@@ -1,4 +1,8 @@
-"""K2.2 (Lemma 3.4 of [KR]): MSE = (1/n^2) sum_i (d/k_i - 1) ||X_i - mu_i 1||^2."""
+"""K2.2 (Lemma 3.4 of [KR]): MSE = (1/n^2) sum_i (d/k_i - 1) ||X_i - mu_i 1||^2.
+
+Exact enumeration over all k-subsets with the check's own weights 1/C(d, k), compared with the
+formula written out in the check; the encoder's ``mse`` and its drawn supports are checked too.
+"""
 
 import itertools
 
@@ -8,8 +12,8 @@ import sympy as sp
 from cvfl_theory import FixedSizeEncoder
 from cvfl_theory.testing.exact import exact_moments
 
-from ._common import roundoff, small_data
-from .result import CheckResult
+from ._common import k12_formula, roundoff, sampler_comparison, small_data
+from .result import CheckResult, Comparison
 
 
 def symbolic(d: int = 3, ks: tuple[int, ...] = (1, 2)) -> bool:
@@ -39,16 +43,37 @@ def symbolic(d: int = 3, ks: tuple[int, ...] = (1, 2)) -> bool:
     return sp.expand(mse - formula) == 0
 
 
+K = np.array([1, 3])
+
+
 def check() -> CheckResult:
     X = small_data(2, 4)
-    enc = FixedSizeEncoder(np.array([1, 3]), mu="mean")
-    closed = enc.mse(X)
+    d = X.shape[1]
+    enc = FixedSizeEncoder(K.copy(), mu="mean")
+    law = np.repeat(K[:, None] / d, d, axis=1)
+    # K2.2 written out: (1/n^2) sum_i (d/k_i - 1) ||X_i - mu_i||^2, mu_i the row mean
+    closed = float(
+        np.sum((d / K - 1) * np.sum((X - X.mean(axis=1, keepdims=True)) ** 2, axis=1))
+        / X.shape[0] ** 2
+    )
     return CheckResult(
         label="K2.2",
         claim="MSE = (1/n^2) sum_i (d/k_i - 1) ||X_i - mu_i 1||^2 (K1.2 with p = k/d)",
-        method="sympy: all 3x3 joint subsets for k = (1, 2), d = 3; exact enumeration",
+        method="sympy: all 3x3 joint subsets for k = (1, 2), d = 3; exact enumeration with "
+        "weights 1/C(d,k) vs the formula written out; FixedSizeEncoder.mse; K1.2 with p = k/d; "
+        "frequency test of encode()'s supports",
         symbolic=symbolic(),
-        empirical=exact_moments(enc, X).mse,
+        empirical=exact_moments(enc, X, inclusion=law).mse,
         theoretical=closed,
         tolerance=roundoff(closed),
+        comparisons=(
+            Comparison("FixedSizeEncoder.mse vs K2.2", enc.mse(X), closed, roundoff(closed)),
+            Comparison(
+                "K1.2 with p = k/d vs K2.2",
+                k12_formula(X, law, X.mean(axis=1)),
+                closed,
+                roundoff(closed),
+            ),
+            sampler_comparison(enc, X, law),
+        ),
     )

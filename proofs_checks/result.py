@@ -8,6 +8,48 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
+def _agrees(empirical: float, theoretical: float, tolerance: float, relation: str) -> bool:
+    """``empirical`` vs ``theoretical`` within ``tolerance`` under ``relation`` (NaN fails)."""
+    e, t, tol = empirical, theoretical, tolerance
+    if relation == "<=":
+        return bool(e <= t + tol)
+    if relation == ">=":
+        return bool(e >= t - tol)
+    return bool(abs(e - t) <= tol)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One further numeric pair of a check (e.g. one parameter setting).
+
+    Attributes
+    ----------
+    name : str
+        What is compared, in a few words (shown when it fails).
+    empirical, theoretical, tolerance : float
+        As in :class:`CheckResult`.
+    relation : str
+        ``"=="``, ``"<="`` or ``">="`` as in :class:`CheckResult`.
+    """
+
+    name: str
+    empirical: float
+    theoretical: float
+    tolerance: float
+    relation: str = "=="
+
+    @property
+    def ok(self) -> bool:
+        """Whether the pair agrees within the tolerance under ``relation``."""
+        return _agrees(self.empirical, self.theoretical, self.tolerance, self.relation)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.name}: {self.empirical:.6g} {self.relation} {self.theoretical:.6g} "
+            f"(tol {self.tolerance:.2g})"
+        )
+
+
 @dataclass(frozen=True)
 class CheckResult:
     """Outcome of one THEORY.md claim check.
@@ -34,6 +76,9 @@ class CheckResult:
         ``">="``.
     note : str
         Anything the reader should know (e.g. a discrepancy with the published paper).
+    comparisons : tuple of Comparison
+        Further numeric pairs (other parameter settings, the package's own formulas against the
+        independent computation); every one must hold for the check to pass.
     """
 
     label: str
@@ -45,30 +90,37 @@ class CheckResult:
     tolerance: float
     relation: str = "=="
     note: str = ""
+    comparisons: tuple[Comparison, ...] = ()
 
     @property
     def numeric_ok(self) -> bool:
-        """Whether the numeric pair agrees within the tolerance under ``relation``."""
-        e, t, tol = self.empirical, self.theoretical, self.tolerance
-        if self.relation == "<=":
-            return e <= t + tol
-        if self.relation == ">=":
-            return e >= t - tol
-        return abs(e - t) <= tol
+        """Whether the main numeric pair agrees within the tolerance under ``relation``."""
+        return _agrees(self.empirical, self.theoretical, self.tolerance, self.relation)
+
+    @property
+    def failed_comparisons(self) -> list[Comparison]:
+        """The further pairs that do not hold."""
+        return [c for c in self.comparisons if not c.ok]
 
     @property
     def passed(self) -> bool:
-        """Symbolic verdict (if any) and numeric pair both hold."""
-        return self.numeric_ok and self.symbolic is not False
+        """Symbolic verdict (if any), the main numeric pair and every comparison all hold."""
+        return self.numeric_ok and self.symbolic is not False and not self.failed_comparisons
 
     def row(self) -> str:
-        """One text line for a report."""
+        """One text line for a report (failing comparisons are appended)."""
         sym = {True: "proved", False: "FAILED", None: "-"}[self.symbolic]
         verdict = "PASS" if self.passed else "FAIL"
+        extra = ""
+        if self.comparisons:
+            bad = self.failed_comparisons
+            extra = f"  [+{len(self.comparisons)} pairs, {len(bad)} failed]"
+            if bad:
+                extra += " FAILED: " + "; ".join(str(c) for c in bad[:3])
         return (
             f"{self.label:<6} {verdict:<4}  sympy: {sym:<6}  empirical {self.empirical:.6g} "
             f"{self.relation} theory {self.theoretical:.6g} (tol {self.tolerance:.2g})  "
-            f"{self.claim}"
+            f"{self.claim}{extra}"
         )
 
 
