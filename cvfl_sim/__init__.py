@@ -1,13 +1,20 @@
 """cvfl_sim — small C-VFL training runs that check the bounds and schedules of [CVFL] empirically.
 
 Entry points: :func:`train` (Algorithm 1 of THEORY C1), :class:`CVFLConfig`,
-:class:`VerticalDataset` / :func:`load_dataset` and :class:`RunResult`. They are imported lazily,
-so ``cvfl`` subcommands that do not train never pay for importing torch.
+:class:`VerticalDataset` / :func:`load_dataset` and :class:`RunResult`, used as
+``from cvfl_sim import train, CVFLConfig, load_dataset``. They are imported lazily on first use
+(PEP 562 module ``__getattr__``), so ``import cvfl_sim`` and ``cvfl --help`` never pay for
+importing torch.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve lazily
+    from .algorithm import CVFLConfig, train
+    from .data import VerticalDataset, load_dataset
+    from .results import RunResult
 
 __all__ = ["train", "CVFLConfig", "VerticalDataset", "load_dataset", "RunResult"]
 
@@ -26,3 +33,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -135,7 +135,9 @@ class VerticalDataset:
         parts : sequence of array_like
             ``M >= 1`` arrays with the same number of samples ``N``; trailing axes are flattened.
         y : array_like
-            ``N`` integer labels in ``0 .. n_classes - 1``.
+            ``N`` integer labels. Without ``n_classes`` they must be exactly ``0 .. K - 1`` with
+            every class present (``K >= 2``): labels such as ``{0, 2, 4}`` are refused, never
+            remapped silently (``numpy.unique(y, return_inverse=True)[1]`` remaps them).
         task : str
             ``"classification"``.
         test_fraction : float
@@ -147,7 +149,8 @@ class VerticalDataset:
         name : str
             Name recorded in results.
         n_classes : int, optional
-            Defaults to ``max(y) + 1``.
+            Number of classes ``K >= 2``; labels must lie in ``0 .. K - 1`` and some classes may
+            then be absent. Defaults to the number of distinct labels (see ``y``).
         party_shapes : sequence of tuple, optional
             Per-party sample shapes for CNN/GRU party models.
         standardize : bool
@@ -160,7 +163,11 @@ class VerticalDataset:
         Raises
         ------
         ValueError
-            Different sample counts, NaN/inf features, labels out of range, bad fractions.
+            Different sample counts, NaN/inf features, non-integer, negative or non-contiguous
+            labels, a single class, bad fractions.
+        TypeError
+            Non-numeric features, labels that are not integers (or integral floats), a
+            non-integer ``n_classes``.
 
         Examples
         --------
@@ -186,13 +193,7 @@ class VerticalDataset:
                 f"y must be a 1-D array of length N={counts[0]} (the parts' sample count), "
                 f"got shape {yv.shape}"
             )
-        if yv.dtype.kind == "f":
-            if not np.all(np.isfinite(yv)) or not np.all(yv == np.round(yv)):
-                raise ValueError("y must hold integer class labels")
-        elif yv.dtype.kind not in "iu":
-            raise TypeError(f"y must hold integer class labels, got dtype {yv.dtype}")
-        yv = yv.astype(np.int64)
-        k = int(yv.max()) + 1 if n_classes is None else int(n_classes)
+        yv, k = _labels(yv, n_classes)
         if not 0.0 < float(test_fraction) < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
         gen = as_generator(rng)
@@ -241,6 +242,10 @@ class VerticalDataset:
                 )
             if np.shape(y) != (counts[0],):
                 raise ValueError(f"y_{split} must have shape ({counts[0]},), got {np.shape(y)}")
+            if np.asarray(y).dtype.kind not in "iu":
+                raise TypeError(
+                    f"y_{split} must hold integer labels, got dtype {np.asarray(y).dtype}"
+                )
             for m, p in enumerate(parts):
                 if np.ndim(p) != 2:
                     raise ValueError(f"{split}_parts[{m}] must be 2-D (N, D_m), got {np.shape(p)}")
@@ -255,6 +260,8 @@ class VerticalDataset:
         dims_te = [p.shape[1] for p in self.test_parts]
         if dims_tr != dims_te:
             raise ValueError(f"train/test feature sizes differ per party: {dims_tr} vs {dims_te}")
+        if isinstance(self.n_classes, bool) or not isinstance(self.n_classes, (int, np.integer)):
+            raise TypeError(f"n_classes must be an int, got {self.n_classes!r}")
         if self.n_classes < 2:
             raise ValueError(f"n_classes must be >= 2, got {self.n_classes}")
         if self.metric not in _METRICS:
@@ -309,6 +316,43 @@ class VerticalDataset:
             f"D_m={self.feature_dims}, train={self.n_train}, test={self.n_test}, "
             f"classes={self.n_classes}, metric={self.metric!r})"
         )
+
+
+def _labels(y: np.ndarray, n_classes: Any) -> tuple[np.ndarray, int]:
+    """Check class labels ``y`` (1-D) and return them as int64 with the number of classes ``K``.
+
+    Without ``n_classes`` the labels must be exactly ``0 .. K - 1``, each present, ``K >= 2``.
+    """
+    if y.dtype == bool or y.dtype.kind not in "iuf":
+        raise TypeError(f"y must hold integer class labels, got dtype {y.dtype}")
+    if y.dtype.kind == "f":
+        bad = ~np.isfinite(y) | (y != np.round(y)) | (np.abs(y) > 2**31)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"y must hold integer class labels; found {float(y[i])} at sample {i}")
+    y = y.astype(np.int64)
+    if y.min() < 0:
+        i = int(np.argmin(y))
+        raise ValueError(f"y labels must be >= 0; found {int(y[i])} at sample {i}")
+    present = np.unique(y)
+    if n_classes is None:
+        if len(present) < 2:
+            raise ValueError(
+                f"y holds a single class ({int(present[0])}); classification needs >= 2 classes"
+            )
+        top = int(present[-1])
+        if top != len(present) - 1:
+            gaps = np.setdiff1d(np.arange(min(top, 20) + 1), present).tolist()
+            raise ValueError(
+                f"y must use the labels 0..K-1 with every class present; got {len(present)} "
+                f"distinct labels up to {top}"
+                + (f" (missing {gaps}{'...' if top > 20 else ''})" if gaps else "")
+                + "; remap them with numpy.unique(y, return_inverse=True)[1], or pass n_classes"
+            )
+        return y, len(present)
+    if isinstance(n_classes, bool) or not isinstance(n_classes, (int, np.integer)):
+        raise TypeError(f"n_classes must be an int, got {n_classes!r}")
+    return y, int(n_classes)
 
 
 def _stratified_split(

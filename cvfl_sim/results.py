@@ -13,9 +13,10 @@ import io
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
+
+from cvfl_theory._atomic import atomic_write_bytes, atomic_write_text
 
 __all__ = ["RunResult", "HISTORY_COLUMNS", "atomic_write_text", "atomic_write_bytes"]
 
@@ -35,31 +36,11 @@ HISTORY_COLUMNS = (
 """Columns of :attr:`RunResult.history` (``grad_norm_sq`` is ``None`` unless tracked)."""
 
 
+_REQUIRED_NUMBERS = ("epoch", "round", "train_loss", "test_accuracy", "test_f1", "bits")
+"""History entries every saved row holds as numbers (checked by :meth:`RunResult.load`)."""
+
 TIMING_KEYS = frozenset({"train_seconds", "wall_seconds"})
 """Summary entries that measure wall-clock time (not part of a result's identity)."""
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and :func:`os.replace`."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Atomically write UTF-8 text (see :func:`atomic_write_bytes`)."""
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _json_safe(v: Any) -> Any:
@@ -197,15 +178,46 @@ class RunResult:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RunResult:
-        """Read a result written by :meth:`save`."""
+        """Read a result written by :meth:`save`.
+
+        Raises
+        ------
+        ValueError
+            The file is not a readable, complete RunResult (not JSON, nested too deeply, or
+            missing or mistyped fields); the message names the file and the fault.
+        OSError
+            The file cannot be read.
+        """
         p = os.fspath(path)
         if not p.endswith(".json") and not os.path.exists(p):
             p += ".json"
-        with open(p, encoding="utf-8") as fh:
-            d = _json_restore(json.load(fh))
+        with open(p, "rb") as fh:
+            raw = fh.read()
+        try:
+            d = _json_restore(json.loads(raw.decode("utf-8")))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise ValueError(f"{p!r} is not a RunResult file: not JSON ({exc})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{p!r} is not a RunResult file (a JSON {type(d).__name__})")
         missing = {"config", "dataset", "history"} - set(d)
         if missing:
             raise ValueError(f"{p!r} is not a RunResult file (missing {sorted(missing)})")
+        kinds = {"config": dict, "dataset": dict, "history": list, "rounds": dict, "summary": dict}
+        for key, kind in kinds.items():
+            if key in d and not isinstance(d[key], kind):
+                raise ValueError(f"{p!r}: {key!r} must be a JSON {kind.__name__}")
+        if not d["history"]:
+            raise ValueError(f"{p!r}: the history is empty")
+        for i, row in enumerate(d["history"]):
+            bad = [
+                k
+                for k in _REQUIRED_NUMBERS
+                if not isinstance(row, dict)
+                or isinstance(row.get(k), bool)
+                or not isinstance(row.get(k), (int, float))
+            ]
+            if bad:
+                raise ValueError(f"{p!r}: history row {i} lacks numbers for {bad}")
         return cls(
             d["config"], d["dataset"], d["history"], d.get("rounds", {}), d.get("summary", {})
         )

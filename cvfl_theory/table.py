@@ -10,9 +10,10 @@ import csv
 import html
 import io
 import os
-import tempfile
 from collections.abc import Sequence
 from typing import Any
+
+from ._atomic import atomic_write_text
 
 __all__ = ["Table", "format_value", "atomic_write_text"]
 
@@ -24,21 +25,6 @@ def format_value(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     return str(v)
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file in the same folder, then rename)."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class Table:

@@ -403,8 +403,8 @@ def test_compare_subcommand(capsys):
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert out.count("exact / published") == 3 and "1.925" in out
-    with pytest.raises(SystemExit):
-        bad = parser.parse_args(["compare", "--bits", "0"])
+    bad = parser.parse_args(["compare", "--bits", "0"])
+    with pytest.raises(ValueError, match="--bits must be >= 1"):
         bad.func(bad)
 
 

@@ -193,3 +193,79 @@ def test_original_image_loaders(tmp_path):
     assert m.party_shapes == [(1, 8, 8)] * 12
     res = train(m, CVFLConfig(parties_model="cnn", epochs=1, batch_size=4))
     assert len(res.history) == 2
+
+
+# ---------------------------------------------------------------------------- labels (issue 10)
+def _feats(n=12):
+    return [np.random.default_rng(0).normal(size=(n, 3))]
+
+
+@pytest.mark.parametrize(
+    ("y", "err", "match"),
+    [
+        ([0, 2, 4] * 4, ValueError, r"labels 0\.\.K-1.*up to 4 \(missing \[1, 3\]\)"),
+        ([0, 1, 10**9] * 4, ValueError, r"3 distinct labels up to 1000000000"),
+        ([0.0, 1.5] * 6, ValueError, r"integer class labels; found 1\.5 at sample 1"),
+        ([0.0, np.nan] * 6, ValueError, r"integer class labels; found nan at sample 1"),
+        ([0.0, 1e30] * 6, ValueError, "integer class labels"),
+        ([0, -1] * 6, ValueError, r"labels must be >= 0; found -1 at sample 1"),
+        ([3] * 12, ValueError, r"single class \(3\)"),
+        ([True, False] * 6, TypeError, "dtype bool"),
+        (["a", "b"] * 6, TypeError, "dtype <U1"),
+    ],
+)
+def test_bad_labels_are_refused_naming_y(y, err, match):
+    with pytest.raises(err, match=match):
+        VerticalDataset.from_arrays(_feats(), np.array(y))
+
+
+def test_remapped_or_declared_labels_are_accepted():
+    y = np.array([0, 2, 4] * 4)
+    ds = VerticalDataset.from_arrays(_feats(), np.unique(y, return_inverse=True)[1])
+    assert ds.n_classes == 3
+    ds5 = VerticalDataset.from_arrays(_feats(), y, n_classes=5)  # declared: absent classes allowed
+    assert ds5.n_classes == 5
+    assert VerticalDataset.from_arrays(_feats(), np.array([0.0, 1.0] * 6)).n_classes == 2
+    with pytest.raises(TypeError, match="n_classes must be an int"):
+        VerticalDataset.from_arrays(_feats(), np.array([0, 1] * 6), n_classes=True)
+    with pytest.raises(TypeError, match="n_classes must be an int"):
+        VerticalDataset.from_arrays(_feats(), np.array([0, 1] * 6), n_classes=2.5)
+
+
+def test_nonfinite_features_in_a_user_csv_are_refused(tmp_path):
+    c = tmp_path / "nan.csv"
+    c.write_text(
+        "a,b,label\n" + "\n".join(f"{i},{'nan' if i == 3 else i},{i % 2}" for i in range(8))
+    )
+    with pytest.raises(
+        ValueError, match=r"must be finite; found nan at \(sample, feature\) \(3, 0\)"
+    ):
+        load_csv(c, label_column="label", parties=2)
+
+
+def test_macro_f1_averages_over_present_or_predicted_classes():
+    from cvfl_sim.algorithm import _f1
+
+    y = np.array([0, 0, 2, 2, 4])
+    assert _f1(y, y.copy(), 5) == 1.0  # perfect: classes 1 and 3 absent from y and predictions
+    # class 0: tp 1, fn 1 -> 2/3; class 2: tp 2, fp 1 -> 4/5; class 4: tp 1 -> 1; class 1: fn... none
+    pred = np.array([0, 2, 2, 2, 4])
+    assert _f1(y, pred, 5) == pytest.approx((2 / 3 + 4 / 5 + 1) / 3, abs=1e-15)
+    # a class predicted but absent counts (F1 0), one neither present nor predicted does not
+    pred = np.array([0, 0, 2, 2, 1])
+    assert _f1(y, pred, 5) == pytest.approx((1 + 1 + 0 + 0) / 4, abs=1e-15)
+    # binary: F1 of class 1
+    assert _f1(np.array([1, 0, 1]), np.array([1, 0, 0]), 2) == pytest.approx(2 / 3)
+    assert _f1(np.array([0, 0]), np.array([0, 0]), 2) == 1.0  # no positives, none predicted
+
+
+def test_perfect_classifier_scores_one_in_training_on_noncontiguous_classes():
+    # three well-separated classes declared as 5 (labels 0, 2, 4): the test split lacks 1 and 3
+    g = np.random.default_rng(1)
+    y = np.repeat([0, 2, 4], 20)
+    X = g.normal(scale=0.01, size=(60, 2)) + np.stack([y, -y], axis=1).astype(float)
+    ds = VerticalDataset.from_arrays([X[:, :1], X[:, 1:]], y, n_classes=5, metric="f1", rng=0)
+    res = train(ds, CVFLConfig(Q=1, lr=0.5, epochs=60, batch_size=16, seed=0))
+    last = res.history[-1]
+    assert last["test_accuracy"] == 1.0
+    assert last["test_f1"] == 1.0

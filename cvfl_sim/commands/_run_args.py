@@ -1,7 +1,8 @@
 """Command-line options shared by the subcommands that train one C-VFL run.
 
 ``train`` and ``bound`` use one definition of the options and of the
-:class:`~cvfl_sim.algorithm.CVFLConfig` they build.
+:class:`~cvfl_sim.algorithm.CVFLConfig` they build. Options without an effect are refused: ``--bits``
+with no compressor, or a compressor named with ``--compressor`` but no ``--bits``.
 """
 
 from __future__ import annotations
@@ -9,38 +10,71 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["add_run_arguments", "config_from_args"]
+__all__ = ["add_run_arguments", "config_from_args", "compressor_from_args"]
+
+_KINDS = ("none", "scalar", "lattice", "topk")
 
 
 def add_run_arguments(
     p: argparse.ArgumentParser, *, Q: int, lr: float, embedding_size: int, compressor: str
 ) -> None:
-    """Add ``--Q --epochs --lr --batch-size --embedding-size --compressor --bits --seed``."""
-    p.add_argument("--Q", type=int, default=Q, help=f"local steps per round (default {Q})")
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--lr", type=float, default=lr)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--embedding-size", type=int, default=embedding_size)
+    """Add ``--Q --epochs --lr --batch-size --embedding-size --compressor --bits --seed``.
+
+    ``compressor`` is the subcommand's default compressor; with a default other than ``none``
+    and no ``--bits`` the run is uncompressed (``b = 32``), as help says.
+    """
+    p.add_argument("--Q", type=int, default=Q, help="local steps per round")
+    p.add_argument("--epochs", type=int, default=5, help="passes over the training set")
+    p.add_argument("--lr", type=float, default=lr, help="step size")
+    p.add_argument("--batch-size", type=int, default=64, help="mini-batch size B")
+    p.add_argument("--embedding-size", type=int, default=embedding_size, help="P per party")
     p.add_argument(
-        "--compressor", choices=["none", "scalar", "lattice", "topk"], default=compressor
+        "--compressor",
+        choices=_KINDS,
+        default=None,
+        help=f"compressor of the messages; needs --bits (default: {compressor})",
     )
-    p.add_argument("--bits", type=int, default=32, help="bits per component (32 = uncompressed)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--bits",
+        type=int,
+        default=None,
+        help="bits per component, needs a compressor; 32 = uncompressed (default: 32)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the run")
+    p.set_defaults(default_compressor=compressor)
+
+
+def compressor_from_args(args: argparse.Namespace) -> Any:
+    """The compressor of ``--compressor``/``--bits``; ``ValueError`` for an option without effect."""
+    from ..experiments import make_compressor
+
+    kind = args.compressor or args.default_compressor
+    if kind == "none" and args.bits is not None:
+        raise ValueError(
+            f"--bits {args.bits} has no effect without a compressor; add --compressor scalar, "
+            "lattice or topk"
+        )
+    if args.compressor not in (None, "none") and args.bits is None:
+        raise ValueError(
+            f"--compressor {args.compressor} needs --bits B (bits per component; 32 = uncompressed)"
+        )
+    bits = 32 if args.bits is None else args.bits
+    if not 1 <= bits <= 32:
+        raise ValueError(f"--bits must be in [1, 32], got {bits}")
+    return make_compressor(kind, bits)
 
 
 def config_from_args(args: argparse.Namespace, **extra: Any) -> Any:
     """The :class:`~cvfl_sim.algorithm.CVFLConfig` of the parsed options (plus ``extra``)."""
     from ..algorithm import CVFLConfig
-    from ..experiments import make_compressor
 
-    comp = make_compressor(args.compressor if args.bits != 32 else "none", args.bits)
     return CVFLConfig(
         Q=args.Q,
         lr=args.lr,
         epochs=args.epochs,
         batch_size=args.batch_size,
         embedding_size=args.embedding_size,
-        compressor=comp,
+        compressor=compressor_from_args(args),
         seed=args.seed,
         **extra,
     )

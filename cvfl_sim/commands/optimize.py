@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import io
+import math
 import os
-import sys
-import tempfile
 from typing import Any
 
-import numpy as np
+from ._common import check_output_file
 
 __all__ = ["register", "run"]
 
@@ -27,13 +27,20 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--bits", type=float, help="bit budget C_max (converted by the protocol)")
     g.add_argument("--budget", type=float, help="entry budget B (expected entries sent)")
-    p.add_argument("--protocol", choices=["sparse", "varying-length"], default="sparse")
-    p.add_argument("--mu", default="mean", help="centres: mean, zero, min or a number")
-    p.add_argument("--r", type=int, default=32, help="bits per float (default 32)")
-    p.add_argument("--method", choices=["exact", "cvxpy"], default="exact")
+    p.add_argument(
+        "--protocol",
+        choices=["sparse", "varying-length"],
+        default="sparse",
+        help="K3 protocol that converts --bits to entries",
+    )
+    p.add_argument("--mu", default="mean", help="centres mu_i: mean, zero, min or a number")
+    p.add_argument("--r", type=int, default=32, help="bits per float")
+    p.add_argument(
+        "--method", choices=["exact", "cvxpy"], default="exact", help="water-filling or cvxpy"
+    )
     p.add_argument("--optimize-centres", action="store_true", help="alternate p and mu (K6.5)")
     p.add_argument("--max-iter", type=int, default=50, help="alternating-minimisation cap")
-    p.add_argument("--max-cvxpy-size", type=int, default=100_000)
+    p.add_argument("--max-cvxpy-size", type=int, default=100_000, help="largest n*d given to cvxpy")
     p.add_argument("--out", default=None, help="write p, mu and the summary numbers (.npz)")
     p.set_defaults(func=run)
     return p
@@ -49,45 +56,102 @@ def _mu(text: str) -> Any:
 
 
 def _save_npz(path: str, **arrays: Any) -> None:
-    """Write an .npz atomically: a temporary file in the same folder, then ``os.replace``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".npz")
+    """Write an .npz atomically with the shared helper (mode 0666 minus the umask)."""
+    import numpy as np
+
+    from ..results import atomic_write_bytes
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_matrix(path: str) -> Any:
+    """Read ``X`` of shape ``(n, d)`` from a ``.npy`` file, refusing anything else clearly.
+
+    The file's kind is told from its first bytes (an ``.npz`` archive, a pickle, text, an empty
+    file are each named), the ``.npy`` header is checked against the file's size before the array
+    is read, and pickled object arrays are never loaded (``allow_pickle=False``).
+
+    Raises
+    ------
+    ValueError
+        Naming the file and what is wrong with it.
+    """
+    import numpy as np
+
+    fmt = np.lib.format
+    what = f"{path!r}"
     try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            head = fh.read(len(fmt.MAGIC_PREFIX))
+            header: Any = None
+            if head == fmt.MAGIC_PREFIX:
+                fh.seek(0)
+                try:
+                    version = fmt.read_magic(fh)
+                    read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+                    header = read[version](fh) if version in read else version
+                except ValueError as exc:
+                    header = exc
+            data_bytes = size - fh.tell()
+    except OSError as exc:
+        raise ValueError(f"cannot read {what}: {exc.strerror or exc}") from None
+    if head != fmt.MAGIC_PREFIX:
+        if not head:
+            kind = "is empty (0 bytes)"
+        elif head[:4] == b"PK\x03\x04":
+            kind = "is an .npz archive; save the one array X with numpy.save(path, X)"
+        elif head[:1] == b"\x80":
+            kind = "is a Python pickle; it is not loaded, since unpickling can run code"
+        else:
+            kind = f"is not a .npy file (it starts with {head!r})"
+        raise ValueError(f"{what} {kind}")
+    if isinstance(header, ValueError):
+        raise ValueError(f"{what} has a damaged .npy header ({header})")
+    if not isinstance(header, tuple) or len(header) != 3:
+        raise ValueError(f"{what} is a .npy file of version {header}; need 1.0 or 2.0")
+    shape, _, dtype = header
+    if dtype.hasobject:
+        raise ValueError(
+            f"{what} holds an object array (Python objects stored as a pickle); it is not "
+            "loaded, since unpickling can run code; save a numeric array"
+        )
+    if dtype.kind not in "fiu":
+        raise ValueError(f"{what} holds dtype {dtype}; X must hold real numbers (float or int)")
+    if len(shape) != 2 or 0 in shape:
+        raise ValueError(f"{what}: X must be a non-empty 2-D array (n, d), got shape {shape}")
+    if math.prod(shape) * dtype.itemsize != data_bytes:
+        raise ValueError(
+            f"{what}: the header promises {shape} {dtype} but the file holds {data_bytes} data "
+            "bytes (truncated or damaged)"
+        )
+    return np.load(path, allow_pickle=False)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Solve, print the summary, save the result; returns the exit code (2 on bad input)."""
+    """Solve, print the summary, save the result; bad input raises ``ValueError`` (exit 2)."""
+    import numpy as np
+
     from cvfl_theory.optimal import mse_bounds, optimal_probabilities
 
-    try:
-        X = np.load(args.data, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        print(f"error: cannot read {args.data!r} as a .npy array: {exc}", file=sys.stderr)
-        return 2
-    try:
-        res = optimal_probabilities(
-            X,
-            args.budget,
-            bits=args.bits,
-            protocol=args.protocol,
-            mu=_mu(args.mu),
-            method=args.method,
-            optimize_centres=args.optimize_centres,
-            r=args.r,
-            max_iter=args.max_iter,
-            max_cvxpy_size=args.max_cvxpy_size,
-        )
-        bounds = mse_bounds(X, res.budget, mu=np.asarray(res.mu)) if res.budget else None
-    except (ValueError, TypeError, RuntimeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    if args.out:
+        check_output_file(args.out, "--out")
+    X = load_matrix(args.data)
+    res = optimal_probabilities(
+        X,
+        args.budget,
+        bits=args.bits,
+        protocol=args.protocol,
+        mu=_mu(args.mu),
+        method=args.method,
+        optimize_centres=args.optimize_centres,
+        r=args.r,
+        max_iter=args.max_iter,
+        max_cvxpy_size=args.max_cvxpy_size,
+    )
+    bounds = mse_bounds(X, res.budget, mu=np.asarray(res.mu)) if res.budget else None
     n, d = X.shape
     print(f"cvfl optimize {args.data}: X of shape ({n}, {d}), dtype {X.dtype}")
     if args.bits is not None:

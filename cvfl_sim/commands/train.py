@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import os
 from typing import Any
 
+from ._common import check_output_file
 from ._run_args import add_run_arguments, config_from_args
 
 __all__ = ["register", "run"]
@@ -17,7 +18,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "train",
         help="train one C-VFL model on a built-in data set and print its history",
         description="One C-VFL run: prints one line per evaluation (loss, metric, bits on the "
-        "wire, measured compression error) and optionally saves the RunResult (JSON + CSV).",
+        "wire, measured compression error) and optionally saves the RunResult (JSON + CSV). "
+        "With --checkpoint the training state is saved after every epoch and an interrupted "
+        "run resumes when the same command is run again.",
     )
     p.add_argument(
         "dataset",
@@ -25,24 +28,49 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     add_run_arguments(p, Q=10, lr=0.05, embedding_size=16, compressor="none")
     p.add_argument("--error-feedback", action="store_true", help="EF-VFL error feedback (C9)")
-    p.add_argument("--eval-every", type=int, default=None, help="rounds between evaluations")
+    p.add_argument(
+        "--eval-every", type=int, default=None, help="rounds between evaluations (default: epoch)"
+    )
     p.add_argument("--out", default=None, help="save the RunResult to this path (.json)")
-    p.set_defaults(func=run)
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="PATH",
+        help="save the training state here after every epoch; resume from it if it exists",
+    )
+    p.set_defaults(func=run, on_interrupt=interrupted)
     return p
 
 
+def _json_path(out: str) -> str:
+    """The JSON path :meth:`RunResult.save` writes for ``--out`` (``.json`` appended if missing)."""
+    return out if out.endswith(".json") else out + ".json"
+
+
+def interrupted(args: argparse.Namespace) -> str:
+    """What Ctrl-C leaves behind, and how to resume."""
+    ck = getattr(args, "checkpoint", None)
+    if ck is None:
+        return "nothing was saved (add --checkpoint PATH to make a run resumable)"
+    if os.path.exists(ck):
+        return f"the state after the last finished epoch is in {ck!r}; rerun the same command to resume"
+    return f"no epoch had finished, so {ck!r} was not written; rerun the same command to start over"
+
+
 def run(args: argparse.Namespace) -> int:
-    """Train and print; returns an exit code (2 for bad arguments)."""
+    """Train and print; returns an exit code (bad arguments raise ``ValueError``: exit 2)."""
+    # every path is checked before the data is loaded or a step is taken
+    if args.out is not None:
+        check_output_file(args.out, "--out")  # a folder is refused, not turned into folder.json
+        check_output_file(_json_path(args.out), "--out")
+    if args.checkpoint is not None:
+        check_output_file(args.checkpoint, "--checkpoint")
     from ..algorithm import train
     from ..data import load_dataset
 
-    try:
-        ds = load_dataset(args.dataset)
-        cfg = config_from_args(args, error_feedback=args.error_feedback, eval_every=args.eval_every)
-        res = train(ds, cfg)
-    except (ValueError, TypeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    cfg = config_from_args(args, error_feedback=args.error_feedback, eval_every=args.eval_every)
+    ds = load_dataset(args.dataset)
+    res = train(ds, cfg, checkpoint=args.checkpoint)
     col = "test_f1" if ds.metric == "f1" else "test_accuracy"
     print(
         f"{ds!r}\n{'epoch':>7} {'round':>6} {'train_loss':>10} {col:>13} {'bits':>11} "

@@ -15,8 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "heavy-tailed, scikit-learn digits and breast-cancer), then every proofs check. Exits 1 "
         "if any check fails.",
     )
-    p.add_argument("--trials", type=int, default=1000, help="Monte Carlo trials (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
+    p.add_argument("--trials", type=int, default=1000, help="Monte Carlo trials")
+    p.add_argument("--seed", type=int, default=0, help="simulation seed")
     p.add_argument("--details", action="store_true", help="print every check of every run")
     p.add_argument(
         "--checks",
@@ -29,11 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the suite and the proofs checks; return 0 if everything passed."""
+    if args.trials < 2:
+        raise ValueError(f"--trials must be >= 2, got {args.trials}")
     from cvfl_sim.verify_suite import run_suite, summary_table
     from proofs_checks import all_checks
 
-    if args.trials < 2:
-        raise SystemExit(f"cvfl verify: --trials must be >= 2, got {args.trials}")
     t0 = time.perf_counter()
     results = []
     for name, res in run_suite(trials=args.trials, seed=args.seed):
