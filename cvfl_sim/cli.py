@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 import warnings
@@ -109,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         saved = note(args) if note is not None and args is not None else "nothing was saved"
         print(f"cvfl: interrupted; {saved}", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (e.g. ``cvfl compare | head``): not an error of the command.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:
         if debug:
             raise

@@ -315,3 +315,22 @@ def test_usage_errors_are_one_line_exit_2(capsys, argv):
     assert info.value.code == 2
     line = _one_error_line(capsys)
     assert line.endswith("--help)")
+
+
+def test_closed_stdout_is_not_an_error():
+    # `cvfl compare | head -1`: the reader closes the pipe early; exit 0, nothing on stderr.
+    import subprocess
+    import sys
+
+    code = "import sys; from cvfl_sim.cli import main; sys.exit(main(['compare', '--trials', '2']))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.stderr is not None
+    with proc.stderr:
+        err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0
+    assert b"Broken pipe" not in err and b"Traceback" not in err
