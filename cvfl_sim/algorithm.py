@@ -33,7 +33,6 @@ no randomness). Neither shortcut changes any result.
 from __future__ import annotations
 
 import copy
-import io
 import json
 import math
 import os
@@ -47,13 +46,22 @@ import numpy as np
 import torch
 from torch import nn
 
+from .checkpoint import read_checkpoint, write_checkpoint
 from .data import VerticalDataset
 from .ledger import BitLedger, RoundBits, paper_cost_model, round_bits
 from .models import build_party_models, build_server_model, count_parameters
-from .results import RunResult, atomic_write_bytes
+from .results import RunResult
 from .schedules import as_step_size
 
-__all__ = ["CVFLConfig", "train", "joint_sgd", "minibatches", "evaluate", "nominal_bits"]
+__all__ = [
+    "CVFLConfig",
+    "train",
+    "build_models",
+    "joint_sgd",
+    "minibatches",
+    "evaluate",
+    "nominal_bits",
+]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -346,18 +354,32 @@ def _setup(dataset: VerticalDataset, config: CVFLConfig) -> _Setup:
     )
 
 
+def build_models(dataset: VerticalDataset, config: CVFLConfig) -> tuple[list[nn.Module], nn.Module]:
+    r"""The initial models :math:`\Theta^0` of ``train(dataset, config)``: ``(parties, server)``.
+
+    Validated and built exactly as :func:`train` builds them (same seed, same values).
+    """
+    s = _setup(dataset, config)
+    return s.parties, s.server
+
+
 # ---------------------------------------------------------------------------------------------
 # evaluation
 # ---------------------------------------------------------------------------------------------
 def _f1(y: np.ndarray, pred: np.ndarray, n_classes: int) -> float:
-    """Binary F1 of class 1 (two classes) or macro F1; 0 for a class never predicted nor present."""
+    """Binary F1 of class 1 (two classes) or macro F1 over the classes present or predicted.
+
+    Classes neither in ``y`` nor in ``pred`` (absent from the test split) are left out of the
+    macro mean, so a perfect classifier scores 1.0; the binary F1 of a class 1 that is neither
+    present nor predicted is 1.0 too (no errors; ``0/0`` otherwise).
+    """
     cm = np.bincount(y * n_classes + pred, minlength=n_classes * n_classes).reshape(
         n_classes, n_classes
     )
     tp = np.diag(cm).astype(float)
     denom = cm.sum(0) + cm.sum(1)
-    f1 = np.where(denom > 0, 2 * tp / np.maximum(denom, 1), 0.0)
-    return float(f1[1]) if n_classes == 2 else float(f1.mean())
+    f1 = np.where(denom > 0, 2 * tp / np.maximum(denom, 1), 1.0)
+    return float(f1[1]) if n_classes == 2 else float(f1[denom > 0].mean())
 
 
 def _forward(parties: Sequence[nn.Module], server: nn.Module, X: Sequence[torch.Tensor]) -> Any:
@@ -495,6 +517,7 @@ def train(
     *,
     checkpoint: str | os.PathLike[str] | None = None,
     on_epoch_end: Callable[[int], None] | None = None,
+    probe: Callable[..., None] | None = None,
 ) -> RunResult:
     r"""Run C-VFL (Algorithm 1, THEORY C1) and return its history, ledger and error log.
 
@@ -512,6 +535,10 @@ def train(
         the same data set and configuration (checked). Compressor schedules must be stateless.
     on_epoch_end : callable, optional
         Called with the number of finished epochs after each epoch (and checkpoint).
+    probe : callable, optional
+        A measurement hook called with keyword arguments (the round's batch, its stale and
+        compressed messages, the current models) before every local step, e.g.
+        :class:`cvfl_sim.lemma1.Lemma1Probe` (C4.1). It must not modify what it is given.
 
     Returns
     -------
@@ -602,28 +629,50 @@ def train(
                 file=sys.stderr,
             )
 
+    def checkpoint_arrays() -> dict[str, torch.Tensor]:
+        """The tensors of the training state (views: copying into them restores it)."""
+        out = {
+            f"models.{i}.{k}": v
+            for i, net in enumerate([*parties, server])
+            for k, v in net.state_dict().items()
+        }
+        out.update({f"memory.{m}": v for m, v in enumerate(memory)})
+        return out
+
     identity = json.dumps([config.to_dict(), dataset.describe()], sort_keys=True, default=str)
     start_epoch, r = 0, 0
     if checkpoint is not None and os.path.exists(checkpoint):
-        st = torch.load(os.fspath(checkpoint), weights_only=False)
-        if st.get("identity") != identity:
+        # pickle-free: identity, sizes and the array table are checked before anything is loaded
+        layout = {
+            k: (str(v.dtype).removeprefix("torch."), tuple(v.shape))
+            for k, v in checkpoint_arrays().items()
+        }
+        st, arrays = read_checkpoint(checkpoint, identity=identity, arrays=layout)
+        try:
+            for name, t in checkpoint_arrays().items():
+                t.copy_(torch.from_numpy(arrays[name]))
+            batch_gen.bit_generator.state = st["batch_gen"]
+            if len(st["comp_gens"]) != len(comp_gens):
+                raise ValueError(f"{len(st['comp_gens'])} compressor generators")
+            for g, gs in zip(comp_gens, st["comp_gens"]):
+                g.bit_generator.state = gs
+            for ups, srv, paper in st["ledger"]:
+                ledger.record(RoundBits(tuple(int(u) for u in ups), int(srv)), float(paper))
+            if set(st["log"]) != set(log) or not all(
+                isinstance(v, list) for v in st["log"].values()
+            ):
+                raise ValueError(f"log keys {sorted(st['log'])}")
+            log.update(st["log"])
+            if not all(isinstance(row, dict) for row in st["history"]):
+                raise ValueError("history rows")
+            history.extend(st["history"])
+            err_since.extend((float(a), float(b)) for a, b in st["err_since"])
+            start_epoch, r, train_time = int(st["epoch"]), int(st["round"]), float(st["train_time"])
+        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
             raise ValueError(
-                f"checkpoint {os.fspath(checkpoint)!r} belongs to another data set or "
-                "configuration; remove it or pass another path"
-            )
-        for net, sd in zip([*parties, server], st["models"]):
-            net.load_state_dict(sd)
-        batch_gen.bit_generator.state = st["batch_gen"]
-        for g, gs in zip(comp_gens, st["comp_gens"]):
-            g.bit_generator.state = gs
-        for mem, saved in zip(memory, st["memory"]):
-            mem.copy_(saved)
-        for ups, srv, paper in st["ledger"]:
-            ledger.record(RoundBits(tuple(ups), srv), paper)
-        log.update(st["log"])
-        history.extend(st["history"])
-        err_since.extend(st["err_since"])
-        start_epoch, r, train_time = st["epoch"], st["round"], st["train_time"]
+                f"checkpoint {os.fspath(checkpoint)!r} holds a malformed training state "
+                f"({type(exc).__name__}: {exc}); remove it or pass another path"
+            ) from None
     else:
         record(0)
     last: tuple[Any, ...] = (None, None, 0)
@@ -741,6 +790,23 @@ def train(
 
             # -- Q local steps on the same mini-batch
             for step in range(Q):
+                if probe is not None:  # measures only: reads the state, changes nothing
+                    probe(
+                        round_index=r,
+                        step=step,
+                        Q=Q,
+                        parties=parties,
+                        server=server,
+                        x=xb,
+                        y=yb,
+                        stale=Hd,
+                        stale_hat=Zhat,
+                        theta0=theta0,
+                        theta0_hat=theta0_hat,
+                        compressors=comps,
+                        server_compressor=c0,
+                        error_feedback=config.error_feedback,
+                    )
                 if step == 0 and joint0:
                     loss = nn.functional.cross_entropy(server(Hc), yb, reduction="sum") / bsz
                 else:
@@ -767,26 +833,25 @@ def train(
             if r % eval_every == 0 or r == total_rounds:
                 record(r)
         if checkpoint is not None:
-            state = {
-                "identity": identity,
-                "epoch": _epoch + 1,
-                "round": r,
-                "train_time": train_time,
-                "models": [copy.deepcopy(net.state_dict()) for net in [*parties, server]],
-                "batch_gen": batch_gen.bit_generator.state,
-                "comp_gens": [g.bit_generator.state for g in comp_gens],
-                "memory": memory,
-                "ledger": [
-                    (rb_.uploads, rb_.server_model, pb)
-                    for rb_, pb in zip(ledger.rounds, ledger.paper)
-                ],
-                "log": log,
-                "history": history,
-                "err_since": err_since,
-            }
-            buf = io.BytesIO()
-            torch.save(state, buf)
-            atomic_write_bytes(checkpoint, buf.getvalue())
+            write_checkpoint(
+                checkpoint,
+                identity=identity,
+                arrays=checkpoint_arrays(),
+                state={
+                    "epoch": _epoch + 1,
+                    "round": r,
+                    "train_time": train_time,
+                    "batch_gen": batch_gen.bit_generator.state,
+                    "comp_gens": [g.bit_generator.state for g in comp_gens],
+                    "ledger": [
+                        [list(rb_.uploads), rb_.server_model, pb]
+                        for rb_, pb in zip(ledger.rounds, ledger.paper)
+                    ],
+                    "log": log,
+                    "history": history,
+                    "err_since": err_since,
+                },
+            )
         if on_epoch_end is not None:
             on_epoch_end(_epoch + 1)
 

@@ -1,0 +1,71 @@
+"""Cost of the convergence checks (C4.1, C4.2), as ratios and wall times (never asserted in tests).
+
+1. **Lemma-1 probe overhead**: the time :class:`cvfl_sim.lemma1.Lemma1Probe` spends at one probed
+   local step (exact left side, chain-reading constants at both points, expected errors, and the
+   tight term of C4.5 when ``tight=True``) ÷ the time of one plain round of the same run
+   (breast cancer, 4 MLP parties, B = 64, Q = 1, 2-bit scalar quantizer). Minimum over
+   interleaved repeats, so background load affects both sides alike.
+2. **``cvfl bound --quick``** wall time, as a user runs it (a fresh process, imports included):
+   target <= 60 s.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import torch
+
+from cvfl_sim.algorithm import CVFLConfig, train
+from cvfl_sim.data import load_dataset
+from cvfl_sim.experiments import make_compressor
+from cvfl_sim.lemma1 import Lemma1Probe
+
+REPEATS = 3
+QUICK_TARGET = 60.0
+
+
+def _probe_ratio(tight: bool) -> tuple[float, float]:
+    ds = load_dataset("breast-cancer")
+    cfg = CVFLConfig(
+        Q=1,
+        lr=0.01,
+        epochs=1,
+        batch_size=64,
+        embedding_size=4,
+        compressor=make_compressor("scalar", 2),
+    )
+    train(ds, cfg, probe=Lemma1Probe(every=4, tight=tight))  # warm-up (imports, allocator)
+    plain, probe = [], []
+    for _ in range(REPEATS):  # interleaved
+        res = train(ds, cfg)
+        plain.append(float(res.summary["train_seconds"]) / len(res.rounds["lr"]))
+        pr = Lemma1Probe(every=1, steps="first", tight=tight)
+        train(ds, cfg, probe=pr)
+        probe.append(pr.seconds / pr.report().left.shape[0])
+    return min(probe), min(plain)
+
+
+def main() -> int:
+    torch.set_num_threads(1)
+    print("Lemma-1 probe: seconds per probed step / seconds per plain round (min of interleaved)")
+    print(f"{'probe':<22} {'probe s':>9} {'round s':>9} {'ratio':>7}")
+    for tight in (False, True):
+        p, r = _probe_ratio(tight)
+        name = "with tight term" if tight else "left side + constants"
+        print(f"{name:<22} {p:9.4f} {r:9.5f} {p / r:7.1f}")
+    cmd = [sys.executable, "-m", "cvfl_sim.cli", "bound", "--quick", "--json"]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    ok = done.returncode == 0 and wall <= QUICK_TARGET
+    verdict = "ok" if ok else "MISS"
+    print(f"cvfl bound --quick: {wall:.1f} s (target <= {QUICK_TARGET:.0f} s) {verdict}")
+    if done.returncode != 0:
+        print(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+r"""Differentiation primitives shared by the C3 constants and the Lemma-1 probe (THEORY C3, C4.1).
+
+The loss of C0 is seen here as a function of the server parameters :math:`\theta_0` (one flat
+vector) and the concatenated embeddings :math:`Z = [h_1, \dots, h_M]` of a batch, ``(B, ΣP_m)``:
+:math:`F_B(\theta_0, Z) = \frac1B\sum_i \ell(\theta_0, Z_i; y_i)` (cross-entropy, a batch
+**mean**). Every Hessian and Jacobian below is computed exactly as a dense matrix with
+:mod:`torch.autograd` (one batched vector-Jacobian product per row), and its norms exactly:
+operator (spectral) norms from the singular values, Frobenius norms from the entries. The blocks
+are small (a batch's embeddings), so a dense matrix costs less than a power iteration.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__: list[str] = []
+
+
+def grad(
+    out: torch.Tensor | Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], **kw: Any
+) -> list[torch.Tensor]:
+    """``torch.autograd.grad`` with zeros (not ``None``) for inputs the output does not use."""
+    outs = [out] if isinstance(out, torch.Tensor) else list(out)
+    gs = torch.autograd.grad(outs, list(inputs), allow_unused=True, **kw)
+    return [torch.zeros_like(x) if g is None else g for g, x in zip(gs, inputs)]
+
+
+def sq(ts: Sequence[torch.Tensor | None]) -> float:
+    r""":math:`\sum \|t\|^2` over the tensors (``None`` skipped)."""
+    return float(sum(float((t.detach() ** 2).sum()) for t in ts if t is not None))
+
+
+def jacobian(out: torch.Tensor, wrt: Sequence[torch.Tensor]) -> torch.Tensor:
+    r"""Dense Jacobian :math:`\partial\,\mathrm{vec}(\mathrm{out}) / \partial\,\mathrm{vec}(\mathrm{wrt})`.
+
+    ``out`` must carry a graph to ``wrt`` (built with ``create_graph=True`` when it is itself a
+    gradient). Returns ``(out.numel(), Σ w.numel())``, columns in the order of ``wrt`` (each
+    flattened row-major). One batched vector-Jacobian product over the identity
+    (``is_grads_batched``), or one product per row if an operator has no batching rule.
+    """
+    K = out.numel()
+    eye = torch.eye(K, dtype=out.dtype).reshape(K, *out.shape)
+    try:
+        rows = grad(out, wrt, grad_outputs=eye, retain_graph=True, is_grads_batched=True)
+        return torch.cat([r.reshape(K, -1) for r in rows], dim=1)
+    except RuntimeError:  # pragma: no cover - an op without a batching rule
+        return torch.stack(
+            [
+                torch.cat(
+                    [g.reshape(-1) for g in grad(out, wrt, grad_outputs=e, retain_graph=True)]
+                )
+                for e in eye
+            ]
+        )
+
+
+def op_norm(A: torch.Tensor) -> float:
+    r"""Spectral norm (largest singular value) of a matrix; 0 for an empty one.
+
+    :math:`\sqrt{\lambda_{\max}(A A^\top)}` from the Gram matrix of the shorter side (in
+    float64), several times faster than an SVD of the wide blocks used here.
+    """
+    if A.numel() == 0:
+        return 0.0
+    a = A.detach().to(torch.float64)
+    gram = a @ a.T if a.shape[0] <= a.shape[1] else a.T @ a
+    return math.sqrt(max(float(torch.linalg.eigvalsh(gram)[-1]), 0.0))
+
+
+def flat_params(module: nn.Module) -> torch.Tensor:
+    """The module's parameters as one detached flat vector (a copy)."""
+    return torch.cat([q.detach().reshape(-1) for q in module.parameters()])
+
+
+def server_loss(
+    server: nn.Module, theta0: torch.Tensor | None, Z: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
+    r""":math:`F_B(\theta_0, Z)`: cross-entropy (batch mean) of ``server`` on embeddings ``Z``.
+
+    ``theta0`` is a flat parameter vector used in place of the server's own parameters (it may be
+    a leaf that requires grad); ``None`` uses the module's parameters.
+    """
+    if theta0 is None:
+        return nn.functional.cross_entropy(server(Z), y)
+    params, off = {}, 0
+    for name, q in server.named_parameters():
+        params[name] = theta0[off : off + q.numel()].reshape(q.shape)
+        off += q.numel()
+    logits = torch.func.functional_call(server, params, (Z,))
+    return nn.functional.cross_entropy(logits, y)
+
+
+def column_blocks(sizes: Sequence[int], B: int) -> list[torch.Tensor]:
+    """Indices of each party's entries in ``vec(Z)`` for ``Z`` of shape ``(B, ΣP_m)`` (row-major)."""
+    total = sum(sizes)
+    out, off = [], 0
+    for P in sizes:
+        cols = torch.arange(off, off + P)
+        out.append((torch.arange(B)[:, None] * total + cols[None, :]).reshape(-1))
+        off += P
+    return out
+
+
+def embedding_hessian_block(
+    server: nn.Module,
+    theta0: torch.Tensor,
+    Z: torch.Tensor,
+    y: torch.Tensor,
+    sizes: Sequence[int],
+    m: int,
+) -> torch.Tensor:
+    r"""The cross block :math:`\nabla^2_{h_m, \Phi_{-m}} F_B` at :math:`(\theta_0, Z)` (C3.4, chain).
+
+    One row per entry of :math:`h_m` (``h_0 = θ_0``, so ``m = 0`` has one row per server parameter)
+    and one column per entry of everything else block ``m`` sees, :math:`\Phi_{-m}`: for ``m >= 1``
+    :math:`\theta_0` and the other parties' embeddings of the batch, in the order
+    ``[θ_0, vec(Z)]`` with block ``m``'s own columns removed; for ``m = 0`` every embedding.
+    This is the Hessian in the **embeddings** of C3.4 (the chain reading of Lemma 1).
+    """
+    t = theta0.detach().clone().requires_grad_(True)
+    z = Z.detach().clone().requires_grad_(True)
+    g_t, g_z = grad(server_loss(server, t, z, y), [t, z], create_graph=True)
+    if m == 0:
+        return jacobian(g_t, [z])
+    idx = column_blocks(sizes, Z.shape[0])[m - 1]
+    rows = jacobian(g_z.reshape(-1)[idx], [t, z])
+    keep = torch.ones(rows.shape[1], dtype=torch.bool)
+    keep[t.numel() + idx] = False
+    return rows[:, keep]
+
+
+def embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    r"""Dense :math:`\nabla_{\theta_m} h_m(\theta_m; x)`: ``(B P_m, |θ_m|)`` (C3.5)."""
+    params = [q for q in party.parameters()]
+    with torch.enable_grad():
+        h = party(x)
+        return jacobian(h, params)

@@ -1,0 +1,509 @@
+r"""Lemma 1 (C4.1) measured on a real run: both sides, per round, block and party.
+
+Lemma 1 bounds how much the compression errors move each block's gradient:
+
+.. math::
+    \mathbb{E}\|\nabla_m F_B(\Phi_m^t) - \nabla_m F_B(\hat\Phi_m^t)\|^2
+    \le H_m^2 G_m^2 \sum_{j\ne m} E_j^{t_0}.
+
+What the two points are (THEORY C1, C2): in round :math:`t_0`, at local step ``t``, block ``m``
+steps on :math:`\hat\Phi_m^t = \{\hat\Phi_{-m}^{t_0}; h_m(\theta_m^t)\}` -- its own **fresh**
+embedding and the others' **stale compressed** values: the compressed embeddings
+:math:`C_j(h_j(\theta_j^{t_0}))` and, for a party, the compressed frozen server model
+:math:`C_0(\theta_0^{t_0})`. :math:`\Phi_m^t` is the same point with the stale values
+**uncompressed**: :math:`h_j(\theta_j^{t_0})` and :math:`\theta_0^{t_0}`. The two differ by
+exactly the round's compression errors :math:`\varepsilon_j^{t_0}`, ``j ≠ m`` (C2). For the
+server (``m = 0``) both use its current :math:`\theta_0^t`; the embeddings are :math:`H^{t_0}`
+or :math:`\hat H^{t_0}`.
+
+:class:`Lemma1Probe` is a hook for :func:`cvfl_sim.algorithm.train` (``train(..., probe=...)``).
+On the probed rounds (``every``-th, from round 0) and local steps (``steps``) it computes
+
+- the **left side**, exactly: two gradient evaluations on the round's batch, at
+  :math:`\Phi_m^t` and :math:`\hat\Phi_m^t`, in float64 (a difference of two close gradients);
+- the constants of the **chain reading** (C3.4 as corrected): :math:`H_m` the operator norm of
+  the embedding Hessian block :math:`\nabla^2_{h_m,\Phi_{-m}} F_B` (``h_0 = θ_0``) at both
+  points, and :math:`G_m` the operator norm of the embedding Jacobian
+  :math:`\nabla_{\theta_m} h_m(\theta_m^t; x_m^{\mathcal B})` (``G_0 = 1``);
+- the round's errors: realised :math:`\|\varepsilon_j^{t_0}\|_F^2` and expected
+  :math:`E_j^{t_0}` (each compressor's exact error law, ``expected_error``, C5).
+
+The **right side** uses the largest :math:`H_m` and :math:`G_m` over *every* evaluated point of
+the run (both points of every probe), with either error. :meth:`Lemma1Report.ratios` gives
+right / left per probe and block; a ratio below 1 is a finding (the lemma with these constants
+fails there), reported with its numbers. The constants are evaluated at the two end points of
+the segment :math:`[\Phi_m^t, \hat\Phi_m^t]`, not along it; the lemma's mean-value argument needs
+the supremum along it, so a ratio slightly below 1 can come from curvature between the ends.
+
+Nothing the probe does changes the run: it reads the training state, draws no randomness and
+works on float64 copies of the models.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from cvfl_theory.table import Table
+
+from ._autodiff import (
+    embedding_hessian_block,
+    embedding_jacobian,
+    grad,
+    op_norm,
+    server_loss,
+    sq,
+)
+
+__all__ = ["Lemma1Probe", "Lemma1Report", "lemma1_check", "lemma1_left", "lemma1_right"]
+
+_F64 = torch.float64
+
+
+# ---------------------------------------------------------------------------------------------
+# the two sides
+# ---------------------------------------------------------------------------------------------
+def _with_block(Z: torch.Tensor, h: torch.Tensor, sizes: Sequence[int], m: int) -> torch.Tensor:
+    """``Z`` with party ``m``'s columns (``m >= 1``) replaced by ``h``."""
+    off = sum(sizes[: m - 1])
+    return torch.cat([Z[:, :off], h, Z[:, off + sizes[m - 1] :]], dim=1)
+
+
+def lemma1_left(
+    parties: Sequence[nn.Module],
+    server: nn.Module,
+    x: Sequence[torch.Tensor],
+    y: torch.Tensor,
+    stale: torch.Tensor,
+    stale_hat: torch.Tensor,
+    theta0: torch.Tensor,
+    theta0_hat: torch.Tensor,
+) -> np.ndarray:
+    r"""Left side of Lemma 1, :math:`\|\nabla_m F_B(\Phi_m^t) - \nabla_m F_B(\hat\Phi_m^t)\|^2`.
+
+    Parameters
+    ----------
+    parties, server : nn.Module
+        The current models :math:`\theta_m^t` (``server`` holds :math:`\theta_0^t`).
+    x, y : tensors
+        The round's batch (one ``(B, D_m)`` block per party) and labels.
+    stale, stale_hat : torch.Tensor
+        ``(B, ΣP_m)`` round-start embeddings :math:`H^{t_0}` and their compressed values
+        :math:`\hat H^{t_0}`.
+    theta0, theta0_hat : torch.Tensor
+        Flat round-start server parameters :math:`\theta_0^{t_0}` and :math:`C_0(\theta_0^{t_0})`
+        (the parties' frozen copy).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(M + 1,)``: block 0 the server, ``m`` party ``m``. Computed in the models' dtype.
+    """
+    out = np.zeros(len(parties) + 1)
+    srv = list(server.parameters())
+    with torch.enable_grad():
+        hs = [party(xm) for party, xm in zip(parties, x)]
+        sizes = [int(h.shape[1]) for h in hs]
+        g = grad(server_loss(server, None, stale, y), srv)
+        gh = grad(server_loss(server, None, stale_hat, y), srv)
+        out[0] = sq([a - b for a, b in zip(g, gh)])
+        for m, (party, h) in enumerate(zip(parties, hs), start=1):
+            params = list(party.parameters())
+            g = grad(
+                server_loss(server, theta0, _with_block(stale, h, sizes, m), y),
+                params,
+                retain_graph=True,
+            )
+            gh = grad(
+                server_loss(server, theta0_hat, _with_block(stale_hat, h, sizes, m), y), params
+            )
+            out[m] = sq([a - b for a, b in zip(g, gh)])
+    return out
+
+
+def lemma1_right(H: Any, G: Any, E: Any) -> np.ndarray:
+    r"""Right side of Lemma 1, :math:`H_m^2 G_m^2 \sum_{j\ne m} E_j`, for every row of ``E``.
+
+    ``H``, ``G``: ``(M + 1,)`` (or one row per row of ``E``); ``E``: ``(..., M + 1)`` errors with
+    block 0 the server model's. Returns an array of ``E``'s shape.
+    """
+    E = np.asarray(E, dtype=np.float64)
+    others = E.sum(axis=-1, keepdims=True) - E
+    return np.asarray(H, dtype=np.float64) ** 2 * np.asarray(G, dtype=np.float64) ** 2 * others
+
+
+def lemma1_check(left: Any, right: Any) -> tuple[bool, np.ndarray]:
+    r"""Whether ``right >= left`` everywhere, and the ratios right / left.
+
+    A zero left side has ratio ``inf`` (nothing to bound), or ``nan`` if the right side is also 0;
+    neither fails. The check fails iff some ratio is below 1.
+
+    Examples
+    --------
+    >>> ok, r = lemma1_check([1.0, 0.0, 2.0], [3.0, 0.0, 1.0])
+    >>> ok, r.tolist()
+    (False, [3.0, nan, 0.5])
+    """
+    lf = np.asarray(left, dtype=np.float64)
+    rt = np.asarray(right, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(lf > 0, rt / np.where(lf > 0, lf, 1.0), np.where(rt > 0, np.inf, np.nan))
+    return bool(not np.any(ratio < 1)), ratio
+
+
+# ---------------------------------------------------------------------------------------------
+# the probe
+# ---------------------------------------------------------------------------------------------
+class Lemma1Probe:
+    r"""Hook measuring Lemma 1 during :func:`cvfl_sim.algorithm.train` (C4.1, chain reading).
+
+    Parameters
+    ----------
+    every : int
+        Probe rounds ``0, every, 2 every, …``.
+    steps : {"first", "ends", "all"} or iterable of int
+        Local steps probed in a probed round: ``0``; ``{0, Q-1}``; every step; or the given ones
+        (steps ``>= Q`` are ignored).
+    tight : bool
+        Also evaluate the tight bound of C4.5 (ours, :mod:`cvfl_sim.tight_term`) at the probed
+        local steps 0 (round starts), for the report's tight / left column.
+
+    Notes
+    -----
+    Use one probe per run: :meth:`report` covers every point measured so far. The cost of one
+    probed step is that of a few dozen backward passes (``benchmarks/bench_bound.py`` prints it
+    as a multiple of a plain round); ``every`` keeps it small on long runs.
+
+    Examples
+    --------
+    >>> from cvfl_sim import CVFLConfig, load_dataset, train
+    >>> from cvfl_theory.compressors import ScalarQuantizer
+    >>> probe = Lemma1Probe(every=2)
+    >>> cfg = CVFLConfig(epochs=1, batch_size=128, embedding_size=2,
+    ...                  compressor=ScalarQuantizer(2))
+    >>> _ = train(load_dataset("breast-cancer"), cfg, probe=probe)
+    >>> rep = probe.report()
+    >>> rep.left.shape        # 2 probes (rounds 0 and 2), M + 1 = 5 blocks
+    (2, 5)
+    >>> rep.passed
+    True
+    """
+
+    def __init__(self, every: int = 1, steps: str | Iterable[int] = "ends", tight: bool = True):
+        if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
+            raise ValueError(f"every must be an integer >= 1, got {every!r}")
+        if isinstance(steps, str):
+            if steps not in ("first", "ends", "all"):
+                raise ValueError(
+                    f"steps must be 'first', 'ends', 'all' or a set of step indices, got {steps!r}"
+                )
+            self.steps: str | frozenset[int] = steps
+        else:
+            st = frozenset(int(s) for s in steps)
+            if not st or min(st) < 0:
+                raise ValueError(f"steps must be non-negative step indices, got {sorted(st)}")
+            self.steps = st
+        self.every = int(every)
+        self.tight = bool(tight)
+        self._rows: list[dict[str, Any]] = []
+        self.seconds = 0.0
+
+    def wants(self, round_index: int, step: int, Q: int) -> bool:
+        """Whether local step ``step`` of round ``round_index`` is probed."""
+        if round_index % self.every:
+            return False
+        if self.steps == "all":
+            return True
+        if self.steps == "first":
+            return step == 0
+        if self.steps == "ends":
+            return step in (0, Q - 1)
+        assert isinstance(self.steps, frozenset)
+        return step in self.steps
+
+    def __call__(
+        self,
+        *,
+        round_index: int,
+        step: int,
+        Q: int,
+        parties: Sequence[nn.Module],
+        server: nn.Module,
+        x: Sequence[torch.Tensor],
+        y: torch.Tensor,
+        stale: torch.Tensor,
+        stale_hat: torch.Tensor,
+        theta0: torch.Tensor,
+        theta0_hat: torch.Tensor,
+        compressors: Sequence[Any],
+        server_compressor: Any,
+        error_feedback: bool = False,
+    ) -> None:
+        """Measure one point if :meth:`wants` it (``train`` calls this before each local step)."""
+        if not self.wants(round_index, step, Q):
+            return
+        tick = time.perf_counter()
+        # float64 copies: the left side is a difference of two close gradients
+        P64 = [copy.deepcopy(p).to(_F64) for p in parties]
+        S64 = copy.deepcopy(server).to(_F64)
+        x64 = [xm.to(_F64) for xm in x]
+        Z, Zh = stale.detach().to(_F64), stale_hat.detach().to(_F64)
+        t0, t0h = theta0.detach().to(_F64).reshape(-1), theta0_hat.detach().to(_F64).reshape(-1)
+        M = len(P64)
+        left = lemma1_left(P64, S64, x64, y, Z, Zh, t0, t0h)
+
+        # constants at both points of every block (chain reading, operator norms)
+        H = np.zeros(M + 1)
+        G = np.ones(M + 1)
+        with torch.no_grad():
+            t_now = torch.cat([q.reshape(-1) for q in S64.parameters()])
+            fresh = [p(xm) for p, xm in zip(P64, x64)]
+        sizes = [int(h.shape[1]) for h in fresh]
+        for m in range(M + 1):
+            if m == 0:
+                points = [(t_now, Z), (t_now, Zh)]
+            else:
+                points = [
+                    (t0, _with_block(Z, fresh[m - 1], sizes, m)),
+                    (t0h, _with_block(Zh, fresh[m - 1], sizes, m)),
+                ]
+            H[m] = max(op_norm(embedding_hessian_block(S64, t, z, y, sizes, m)) for t, z in points)
+            if m >= 1:
+                G[m] = op_norm(embedding_jacobian(P64[m - 1], x64[m - 1]))
+
+        # the round's errors: realised and expected (each compressor's error law)
+        E_real = np.zeros(M + 1)
+        E_exp = np.full(M + 1, np.nan)
+        E_real[0] = float(((t0h - t0) ** 2).sum())
+        for j, (blk, blk_hat) in enumerate(zip(Z.split(sizes, 1), Zh.split(sizes, 1)), start=1):
+            E_real[j] = float(((blk_hat - blk) ** 2).sum())
+        if not error_feedback:  # with EF the compressor's input is h - memory, not h
+            E_exp[0] = float(server_compressor.expected_error(theta0.detach().reshape(1, -1)))
+            for j, (c, h) in enumerate(zip(compressors, stale.detach().split(sizes, 1)), start=1):
+                E_exp[j] = float(c.expected_error(h))
+        tight = (
+            None
+            if error_feedback
+            else self._tight(
+                step,
+                P64,
+                S64,
+                x64,
+                y,
+                [bh - bz for bh, bz in zip(Zh.split(sizes, 1), Z.split(sizes, 1))],
+                t0h - t0,
+                compressors,
+                server_compressor,
+            )
+        )
+        self._rows.append(
+            {
+                "round": int(round_index),
+                "step": int(step),
+                "left": left,
+                "H": H,
+                "G": G,
+                "E_realised": E_real,
+                "E_expected": E_exp,
+                "tight": tight,
+            }
+        )
+        self.seconds += time.perf_counter() - tick
+
+    def _tight(
+        self,
+        step: int,
+        parties: Sequence[nn.Module],
+        server: nn.Module,
+        x: Sequence[torch.Tensor],
+        y: torch.Tensor,
+        errors: Sequence[torch.Tensor],
+        server_error: torch.Tensor,
+        compressors: Sequence[Any],
+        server_compressor: Any,
+    ) -> np.ndarray | None:
+        r"""The tight Lemma-1 bound of C4.5 (ours) at a round start, ``nan`` where it does not apply.
+
+        Computed only at local step 0, where the current models are the round-start ones the
+        bound is stated at: :func:`cvfl_sim.tight_term.tight_lemma1_bound_for` (expectation over
+        the dither) for dithered quantizers, :func:`~cvfl_sim.tight_term.realised_lemma1_bound`
+        (the realised errors) for biased ones such as top-k.
+        """
+        if not self.tight:
+            return None
+        try:
+            from .tight_term import realised_lemma1_bound, tight_lemma1_bound_for
+        except ImportError:  # pragma: no cover - the module ships with the package
+            return None
+        out = np.full(len(parties) + 1, np.nan)
+        if step != 0:
+            return out
+        try:
+            res = tight_lemma1_bound_for(parties, server, x, y, compressors, server_compressor)
+        except ValueError:  # a biased compressor (or a head the bound does not cover)
+            try:
+                res = realised_lemma1_bound(parties, server, x, y, errors, server_error)
+            except ValueError:
+                return out
+        return np.asarray(res.bound, dtype=np.float64)
+
+    def report(self) -> Lemma1Report:
+        """All probes so far as a :class:`Lemma1Report`."""
+        if not self._rows:
+            raise ValueError(
+                "the probe measured nothing: pass it to train(..., probe=probe) and check that "
+                "its every/steps select at least one local step"
+            )
+        return Lemma1Report(self._rows, self.every, self.steps, self.seconds)
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+# ---------------------------------------------------------------------------------------------
+def _stats(v: np.ndarray) -> tuple[float, float, float]:
+    f = v[np.isfinite(v)]
+    if f.size == 0:
+        return (math.nan, math.nan, math.nan)
+    return float(f.min()), float(np.median(f)), float(f.max())
+
+
+class Lemma1Report(Table):
+    r"""Lemma 1 measured on a run: per block ``m = 0..M``, right / left (min, median, max).
+
+    Attributes
+    ----------
+    rounds, steps : numpy.ndarray
+        ``(P,)`` round index and local step of each probe.
+    left : numpy.ndarray
+        ``(P, M + 1)`` exact left sides.
+    H_point, G_point : numpy.ndarray
+        ``(P, M + 1)`` chain-reading constants at each probe (the larger of its two points).
+    H, G : numpy.ndarray
+        ``(M + 1,)`` their maxima over the run: the constants of the right side.
+    E_realised, E_expected : numpy.ndarray
+        ``(P, M + 1)`` the probed round's errors (block 0 the server model's); the expected ones
+        are ``nan`` with error feedback.
+    tight : numpy.ndarray or None
+        ``(P, M + 1)`` :func:`cvfl_sim.tight_term.tight_lemma1_bound` when it was available.
+    seconds : float
+        Time spent in the probe.
+    """
+
+    def __init__(
+        self, rows: list[dict[str, Any]], every: int, steps: Any, seconds: float = 0.0
+    ) -> None:
+        def arr(key: str) -> np.ndarray:
+            return np.array([r[key] for r in rows], dtype=np.float64)
+
+        self.rounds = np.array([r["round"] for r in rows])
+        self.steps = np.array([r["step"] for r in rows])
+        self.left = arr("left")
+        self.H_point = arr("H")
+        self.G_point = arr("G")
+        self.H = self.H_point.max(axis=0)
+        self.G = self.G_point.max(axis=0)
+        self.E_realised = arr("E_realised")
+        self.E_expected = arr("E_expected")
+        self.tight = None if rows[0]["tight"] is None else arr("tight")
+        self.seconds = float(seconds)
+        self.every = every
+        self.step_rule = steps if isinstance(steps, str) else sorted(steps)
+        table_rows = []
+        tight = self.tight_ratios()
+        for m in range(self.left.shape[1]):
+            row: list[Any] = [m, float(np.median(self.left[:, m])), self.H[m], self.G[m]]
+            for errors in ("realised", "expected"):
+                row += list(_stats(self.ratios(errors)[:, m]))
+            row += list(_stats(tight[:, m]))[:2] if tight is not None else ["-", "-"]
+            table_rows.append(row)
+        verdict = "holds at every probe" if self.passed else "FAILS (a ratio below 1)"
+        super().__init__(
+            [
+                "m",
+                "median left",
+                "H_m (max)",
+                "G_m (max)",
+                "min r/l (realised E)",
+                "median",
+                "max",
+                "min r/l (expected E)",
+                "median",
+                "max",
+                "min tight/l",
+                "median",
+            ],
+            table_rows,
+            title=f"Lemma 1 (C4.1, chain reading, operator norms) measured at {len(rows)} "
+            f"probe(s): rounds every {every}, steps {self.step_rule}; right = H_m^2 G_m^2 "
+            f"sum_(j!=m) E_j with H, G the run's maxima. Verdict: {verdict}",
+        )
+
+    def right(self, errors: str = "realised", *, H: Any = None, G: Any = None) -> np.ndarray:
+        """``(P, M + 1)`` right sides with the run's (or the given) constants."""
+        if errors not in ("realised", "expected"):
+            raise ValueError(f"errors must be 'realised' or 'expected', got {errors!r}")
+        E = self.E_realised if errors == "realised" else self.E_expected
+        return lemma1_right(self.H if H is None else H, self.G if G is None else G, E)
+
+    def ratios(self, errors: str = "realised", **constants: Any) -> np.ndarray:
+        """``(P, M + 1)`` right / left (see :func:`lemma1_check` for zero left sides)."""
+        return lemma1_check(self.left, self.right(errors, **constants))[1]
+
+    def tight_ratios(self) -> np.ndarray | None:
+        """``(P, M + 1)`` tight bound (C4.5, ours) / left side; ``nan`` where not evaluated."""
+        if self.tight is None:
+            return None
+        keep = np.isfinite(self.tight)
+        ratio = lemma1_check(self.left, np.where(keep, self.tight, 0.0))[1]
+        return np.where(keep, ratio, np.nan)
+
+    def check(self, errors: str = "realised", **constants: Any) -> bool:
+        """Whether every ratio is ``>= 1`` (``nan`` expected errors are skipped)."""
+        right = self.right(errors, **constants)
+        keep = ~np.isnan(right)
+        return lemma1_check(self.left[keep], right[keep])[0]
+
+    @property
+    def passed(self) -> bool:
+        """Lemma 1 held at every probe, with the realised and with the expected errors."""
+        return self.check("realised") and self.check("expected")
+
+    def per_round(self, R: int) -> np.ndarray:
+        r"""``(R, M + 1)`` measured left sides per round (mean over the probed steps of a round).
+
+        Rounds that were not probed get the mean of the probed ones (say so where it is used).
+        The form Theorem 4.2 takes with ``lemma1=`` (the measured Lemma-1 left side in term 3).
+        """
+        out = np.full((R, self.left.shape[1]), np.nan)
+        for r in np.unique(self.rounds):
+            if r < R:
+                out[r] = self.left[self.rounds == r].mean(axis=0)
+        missing = np.isnan(out[:, 0])
+        out[missing] = self.left.mean(axis=0)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able numbers: per block min/median/max of right / left, the constants, the time."""
+        out: dict[str, Any] = {
+            "probes": int(self.left.shape[0]),
+            "every": self.every,
+            "steps": self.step_rule,
+            "H": self.H.tolist(),
+            "G": self.G.tolist(),
+            "passed": self.passed,
+            "seconds": self.seconds,
+        }
+        for errors in ("realised", "expected"):
+            r = self.ratios(errors)
+            out[f"ratio_{errors}"] = [list(_stats(r[:, m])) for m in range(r.shape[1])]
+        tr = self.tight_ratios()
+        if tr is not None:
+            out["ratio_tight"] = [list(_stats(tr[:, m])) for m in range(tr.shape[1])]
+        return out
