@@ -54,6 +54,8 @@ STEP_FACTOR = 16.0
 
 
 def _positive(value: Any, name: str, allow_zero: bool = False) -> float:
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -131,21 +133,56 @@ def compression_term(E: np.ndarray, H: np.ndarray, G: np.ndarray) -> np.ndarray:
     return np.sum(w * (total - E), axis=1)
 
 
+def _lemma1_bounds(lemma1: Any, R: int, parties: int) -> np.ndarray:
+    r"""Validate the per-round, per-block Lemma-1 bounds (``(R, M + 1)`` or ``(M + 1,)``)."""
+    v = np.asarray(lemma1, dtype=np.float64)
+    if v.ndim == 1:
+        v = np.broadcast_to(v, (R, v.size))
+    if v.ndim != 2 or v.shape != (R, parties):
+        raise ValueError(
+            f"lemma1 must have shape (R, M + 1) = ({R}, {parties}) or (M + 1,), "
+            f"got {np.shape(lemma1)}"
+        )
+    if not np.all(np.isfinite(v)) or np.any(v < 0):
+        raise ValueError("lemma1 must be finite and >= 0")
+    return v
+
+
 def _shared_terms(
-    F_gap: float, L: float, sigma2: Any, H: Any, G: Any, E: Any, R: int
-) -> tuple[float, float, np.ndarray, np.ndarray]:
+    F_gap: float,
+    L: float,
+    sigma2: Any,
+    H: Any,
+    G: Any,
+    E: Any,
+    R: int,
+    lemma1: Any = None,
+) -> tuple[float, float, np.ndarray, np.ndarray, str]:
     r"""Validate the arguments theorems 4.2 and 4.4 share (in this order).
 
-    Returns ``F_gap``, ``L``, :math:`\sigma^2` (``(M + 1,)``) and the per-round compression
-    terms ``A`` (``(R,)``, :func:`compression_term`).
+    Returns ``F_gap``, ``L``, :math:`\sigma^2` (``(M + 1,)``), the per-round compression
+    terms ``A`` (``(R,)``) and the form used: ``"recovered"`` (:func:`compression_term`, from
+    ``H``, ``G``, ``E``) or ``"supplied"`` (:math:`A^{t_0} = \sum_m` ``lemma1[t0, m]``). Exactly one
+    of the two forms must be given.
     """
     F_gap = _positive(F_gap, "F_gap", allow_zero=True)
     Lf = _positive(L, "L")
     s2 = _vector(sigma2, "sigma2")
     parties = s2.size
+    given = [name for name, v in (("H", H), ("G", G), ("E", E)) if v is not None]
+    if lemma1 is not None:
+        if given:
+            raise ValueError(
+                f"give either lemma1 or (H, G, E), not both; got lemma1 and {', '.join(given)}"
+            )
+        A = np.sum(_lemma1_bounds(lemma1, R, parties), axis=1)
+        return F_gap, Lf, s2, A, "supplied"
+    if len(given) != 3:
+        missing = sorted({"H", "G", "E"} - set(given))
+        raise ValueError(f"give either lemma1 or all of H, G and E; missing {', '.join(missing)}")
     Hv, Gv = _vector(H, "H", parties), _vector(G, "G", parties)
     A = compression_term(_errors(E, R, parties), Hv, Gv)
-    return F_gap, Lf, s2, A
+    return F_gap, Lf, s2, A, "recovered"
 
 
 @dataclass(frozen=True)
@@ -166,6 +203,12 @@ class BoundTerms:
         ``"4.2"`` or ``"4.4"``.
     constants : dict
         The constants used (defaults are "as recovered").
+    compression_form : str
+        Which upper bound on :math:`\mathbb{E}\|\nabla_m F_B(\Phi_m) -
+        \nabla_m F_B(\hat\Phi_m)\|^2` term 3 uses: ``"recovered"`` -- Lemma 1's right side
+        :math:`H_m^2 G_m^2 \sum_{j\ne m} E_j^{t_0}` (C4.1, as recovered); ``"supplied"`` -- the
+        per-round, per-block bounds passed as ``lemma1`` (e.g. the tight bound of C4.5, ours,
+        :func:`cvfl_sim.tight_term.tight_lemma1_bound`, or a measured left side).
     """
 
     optimization: float
@@ -174,6 +217,7 @@ class BoundTerms:
     step_ok: bool | None
     theorem: str
     constants: dict[str, float] = field(default_factory=dict)
+    compression_form: str = "recovered"
 
     @property
     def total(self) -> float:
@@ -185,7 +229,8 @@ class BoundTerms:
         return (
             f"Theorem {self.theorem} bound (constants as recovered: {self.constants})\n"
             f"  optimization {self.optimization:.6g}\n  variance     {self.variance:.6g}\n"
-            f"  compression  {self.compression:.6g}\n  total        {self.total:.6g}\n"
+            f"  compression  {self.compression:.6g} ({self.compression_form} form)\n"
+            f"  total        {self.total:.6g}\n"
             f"  step-size condition {cond}"
         )
 
@@ -199,13 +244,14 @@ def theorem_4_2(
     L: float,
     sigma2: Sequence[float],
     B: int,
-    H: Sequence[float],
-    G: Sequence[float],
-    E: Any,
+    H: Sequence[float] | None = None,
+    G: Sequence[float] | None = None,
+    E: Any = None,
     L_m: Sequence[float] | None = None,
     c_opt: float = C_OPT,
     c_var: float = C_VAR,
     c_comp: float = C_COMP,
+    lemma1: Any = None,
 ) -> BoundTerms:
     r"""Theorem 4.2 (fixed step), C4.2 **as recovered** -- every constant is a parameter.
 
@@ -234,18 +280,35 @@ def theorem_4_2(
         :math:`\sigma_m^2`, ``m = 0..M`` (C3.3).
     B : int
         Mini-batch size.
-    H, G : sequence of float
-        :math:`H_m`, :math:`G_m` (C3.4, C3.5), length ``M + 1``.
-    E : array_like
+    H, G : sequence of float, optional
+        :math:`H_m`, :math:`G_m` (C3.4, C3.5), length ``M + 1``. Required unless ``lemma1``.
+    E : array_like, optional
         ``(R, M + 1)`` errors :math:`E_m^{t_0}`, or ``(M + 1,)`` for the same error every round.
+        Required unless ``lemma1``.
     L_m : sequence of float, optional
         Block smoothness constants, for the step condition.
     c_opt, c_var, c_comp : float
         The constants :math:`c_1, c_2, c_3`.
+    lemma1 : array_like, optional
+        ``(R, M + 1)`` (or ``(M + 1,)``, the same every round) upper bounds
+        :math:`U_m^{t_0} \ge \mathbb{E}\|\nabla_m F_B(\Phi_m^{t}) -
+        \nabla_m F_B(\hat\Phi_m^{t})\|^2`. When given, term 3 is
+        :math:`(c_3 Q^2/R) \sum_{t_0} \sum_m U_m^{t_0}` in place of Lemma 1's right side
+        (the alternative form of C4.5, ours, not the paper's: the theorem uses Lemma 1 only as an
+        upper bound on that expectation, so any valid upper bound may replace it). Give either
+        ``lemma1`` or all of ``H``, ``G``, ``E``, not both.
 
     Returns
     -------
     BoundTerms
+        ``compression_form`` is ``"recovered"`` (H, G, E) or ``"supplied"`` (``lemma1``).
+
+    Examples
+    --------
+    >>> r = theorem_4_2(F_gap=1.0, eta=0.01, T=4, Q=2, L=1.0, sigma2=[1.0, 1.0], B=10,
+    ...                 lemma1=[[0.5, 0.25], [0.0, 0.25]])
+    >>> r.compression, r.compression_form  # 92 * 2**2 / 2 * (0.75 + 0.25)
+    (184.0, 'supplied')
     """
     Q = check_int_in_range(Q, "Q", 1, 2**62)
     T = check_int_in_range(T, "T", 1, 2**62)
@@ -254,7 +317,7 @@ def theorem_4_2(
     R = T // Q
     B = check_int_in_range(B, "B", 1, 2**62)
     eta = _positive(eta, "eta")
-    F_gap, Lf, s2, A = _shared_terms(F_gap, L, sigma2, H, G, E, R)
+    F_gap, Lf, s2, A, form = _shared_terms(F_gap, L, sigma2, H, G, E, R, lemma1)
     step_ok = eta <= max_step_size(Q, Lf, L_m) * (1 + 1e-12)
     return BoundTerms(
         optimization=c_opt * F_gap / (eta * T),
@@ -263,6 +326,7 @@ def theorem_4_2(
         step_ok=bool(step_ok),
         theorem="4.2",
         constants={"c_opt": c_opt, "c_var": c_var, "c_comp": c_comp},
+        compression_form=form,
     )
 
 
@@ -274,13 +338,14 @@ def theorem_4_4(
     L: float,
     sigma2: Sequence[float],
     B: int,
-    H: Sequence[float],
-    G: Sequence[float],
-    E: Any,
+    H: Sequence[float] | None = None,
+    G: Sequence[float] | None = None,
+    E: Any = None,
     L_m: Sequence[float] | None = None,
     c_opt: float = C_OPT,
     c_var: float = C_VAR,
     c_comp: float = C_COMP,
+    lemma1: Any = None,
 ) -> BoundTerms:
     r"""Theorem 4.4 (diminishing step), C4.4 **as recovered**: a bound on :math:`\min_t \mathbb{E}\|\nabla F\|^2`.
 
@@ -306,11 +371,17 @@ def theorem_4_4(
         Step :math:`\eta^{t_0}` of each of the ``R`` rounds.
     Q, L, sigma2, B, H, G, E, L_m, c_opt, c_var, c_comp
         As in :func:`theorem_4_2`; ``E`` has shape ``(R, M + 1)`` or ``(M + 1,)``.
+    lemma1 : array_like, optional
+        As in :func:`theorem_4_2`: per-round, per-block upper bounds :math:`U_m^{t_0}` on the
+        Lemma-1 left side; term 3 becomes :math:`c_3 Q^3 \sum_{t_0} \eta^{t_0} \sum_m
+        U_m^{t_0} / \sum_t \eta^{t_0}` (alternative form, C4.5, ours). Give either ``lemma1`` or
+        all of ``H``, ``G``, ``E``.
 
     Returns
     -------
     BoundTerms
-        ``step_ok`` says whether every step satisfies the C4.2 condition.
+        ``step_ok`` says whether every step satisfies the C4.2 condition; ``compression_form``
+        which term-3 form was used.
     """
     Q = check_int_in_range(Q, "Q", 1, 2**62)
     eta = _vector(etas, "etas")
@@ -318,7 +389,7 @@ def theorem_4_4(
         raise ValueError("etas must be > 0")
     R = eta.size
     B = check_int_in_range(B, "B", 1, 2**62)
-    F_gap, Lf, s2, A = _shared_terms(F_gap, L, sigma2, H, G, E, R)
+    F_gap, Lf, s2, A, form = _shared_terms(F_gap, L, sigma2, H, G, E, R, lemma1)
     denom = Q * float(np.sum(eta))
     step_ok = bool(np.all(eta <= max_step_size(Q, Lf, L_m) * (1 + 1e-12)))
     return BoundTerms(
@@ -328,6 +399,7 @@ def theorem_4_4(
         step_ok=step_ok,
         theorem="4.4",
         constants={"c_opt": c_opt, "c_var": c_var, "c_comp": c_comp},
+        compression_form=form,
     )
 
 
@@ -335,6 +407,8 @@ def theorem_4_4(
 def scalar_round_error(bits: int, B: int, P: int, span: float) -> float:
     r"""Exact dithered scalar error per round, :math:`B P s^2 / (12 (2^q - 1)^2)` (C5.1)."""
     bits = check_int_in_range(bits, "bits", 1, 16)
+    B, P = check_int_in_range(B, "B", 1, 2**62), check_int_in_range(P, "P", 1, 2**62)
+    span = _positive(span, "span")
     return B * P * span**2 / (12.0 * ((1 << bits) - 1) ** 2)
 
 
@@ -345,6 +419,8 @@ def hex_round_error(bits: int, B: int, P: int, span: float) -> float:
     ``bits`` for a range of width ``span``.
     """
     bits = check_int_in_range(bits, "bits", 2, 8)
+    B, P = check_int_in_range(B, "B", 1, 2**62), check_int_in_range(P, "P", 1, 2**62)
+    span = _positive(span, "span")
     V = A2BoxCodebook.for_bits(bits).cell_area * span**2
     return B * P * 5.0 * V / (36.0 * SQRT3)
 

@@ -182,3 +182,59 @@ def test_bits_schedule_flags_infeasible_rounds():
         bits_schedule([0.1], compressor=lambda b: 2.0**-b)
     s = bits_schedule([0.1, 0.1], compressor=lambda b: 2.0**-b, min_bits=1, max_bits=30, c=1e-3)
     assert s.bits.tolist() == [7, 9]  # 0.1 * 2^-b <= 1e-3 / (t+1)^2
+
+
+# ---------------------------------------------------------------- term 3 from supplied bounds
+def test_theorem_4_2_with_supplied_lemma1_by_hand():
+    # M = 1, R = 2, Q = 2, T = 4; U[t0, m] are bounds on E||grad_m F_B(Phi) - grad_m F_B(Phi^)||^2
+    U = np.array([[0.5, 1.5], [2.0, 0.0]])
+    r = theorem_4_2(F_gap=2.0, eta=0.01, T=4, Q=2, L=1.0, sigma2=[1.0, 3.0], B=2, lemma1=U)
+    assert r.optimization == pytest.approx(4 * 2.0 / (0.01 * 4))
+    assert r.variance == pytest.approx(6 * 0.01 * 2 * 1.0 * 4.0 / 2)
+    assert r.compression == pytest.approx(92 * 2**2 / 2 * (0.5 + 1.5 + 2.0 + 0.0))
+    assert r.compression_form == "supplied" and "supplied form" in str(r)
+    rec = theorem_4_2(
+        F_gap=2.0, eta=0.01, T=4, Q=2, L=1.0, sigma2=[1.0, 3.0], B=2, H=[1, 1], G=[1, 1], E=U
+    )
+    assert rec.compression_form == "recovered"
+    # one (M + 1,) row means the same bound every round
+    r1 = theorem_4_2(F_gap=2.0, eta=0.01, T=4, Q=2, L=1.0, sigma2=[1.0, 3.0], B=2, lemma1=[1, 2])
+    assert r1.compression == pytest.approx(92 * 4 / 2 * 6.0)
+
+
+def test_supplied_lemma1_equal_to_the_recovered_right_side_gives_the_same_bound():
+    args = base_args(M=2, R=6, Q=3)
+    E = np.random.default_rng(1).uniform(0, 1, (6, 3))
+    H, G = np.array([0.5, 1.0, 2.0]), np.array([1.0, 3.0, 0.5])
+    args.update(E=E, H=H, G=G)
+    U = H**2 * G**2 * (E.sum(axis=1, keepdims=True) - E)  # H_m^2 G_m^2 sum_{j != m} E_j
+    sup = {k: v for k, v in args.items() if k not in ("H", "G", "E")}
+    for thm, kw in ((theorem_4_2, {"eta": 0.004, "T": 18}), (theorem_4_4, {"etas": [0.004] * 6})):
+        a = thm(**kw, **args)
+        b = thm(**kw, **sup, lemma1=U)
+        assert b.compression == pytest.approx(a.compression, rel=1e-12)
+        assert (a.compression_form, b.compression_form) == ("recovered", "supplied")
+
+
+def test_theorem_4_4_with_supplied_lemma1_by_hand():
+    etas = np.array([0.02, 0.01])
+    U = np.array([[1.0, 3.0], [4.0, 4.0]])
+    r = theorem_4_4(F_gap=1.0, etas=etas, Q=2, L=1.0, sigma2=[1.0, 1.0], B=2, lemma1=U)
+    denom = 2 * (0.02 + 0.01)
+    assert r.compression == pytest.approx(92 * 8 * (0.02 * 4.0 + 0.01 * 8.0) / denom)
+
+
+def test_lemma1_and_hge_are_exclusive():
+    args = base_args(R=5, Q=2)
+    with pytest.raises(ValueError, match="not both"):
+        theorem_4_2(eta=0.01, T=10, lemma1=np.ones((5, 3)), **args)
+    no_h = {k: v for k, v in args.items() if k != "H"}
+    with pytest.raises(ValueError, match="missing H"):
+        theorem_4_2(eta=0.01, T=10, **no_h)
+    bare = {k: v for k, v in args.items() if k not in ("H", "G", "E")}
+    with pytest.raises(ValueError, match="missing E, G, H"):
+        theorem_4_4(etas=[0.01] * 5, **bare)
+    with pytest.raises(ValueError, match="lemma1 must have shape"):
+        theorem_4_2(eta=0.01, T=10, lemma1=np.ones((4, 3)), **bare)
+    with pytest.raises(ValueError, match="lemma1 must be finite"):
+        theorem_4_2(eta=0.01, T=10, lemma1=[1.0, -1.0, 0.0], **bare)

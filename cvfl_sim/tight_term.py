@@ -1,0 +1,768 @@
+r"""A tight, data-dependent bound on Lemma 1's left side (THEORY C4.5 -- ours, not the paper's).
+
+Lemma 1 of C-VFL (C4.1, as recovered) bounds the compression perturbation of block ``m``'s
+gradient,
+
+.. math:: \mathbb{E}\,\|\nabla_m F_B(\Phi_m) - \nabla_m F_B(\hat\Phi_m)\|^2
+          \le H_m^2 G_m^2 \sum_{j \ne m} E_j ,
+
+by sup constants; measured on real runs it is loose by :math:`10^3`-:math:`10^6` (issue 9).
+This module computes **our** bound (C4.5, proved in ``docs/tight_term.rst``), which uses the
+batch's own per-sample Jacobians and curvatures:
+
+.. math:: \mathbb{E}\,\|\nabla_m F_B(\Phi_m) - \nabla_m F_B(\hat\Phi_m)\|^2
+          \le \Bigl(\sqrt{\mathcal{F}_m} + \sqrt{\mathcal{R}_m}\Bigr)^2,
+
+.. math:: \mathcal{F}_m = \frac{1}{B^2}\sum_{i=1}^{B}\sum_{j \ne m,\, j \ge 1}
+          s_{j,i}^2\, \|J_{m,i}^\top A_{mj,i}\|_F^2
+          + \frac{s_0^2}{B^2}\Bigl\|\sum_{i=1}^{B} J_{m,i}^\top A_{m0,i}\Bigr\|_F^2 ,
+
+with :math:`J_{m,i} = \partial h_{m,i}/\partial\theta_m` (the identity for the server,
+``m = 0``), :math:`A_{mj,i} = \nabla^2_{h_m, h_j}\ell_i` (:math:`h_0 = \theta_0`),
+:math:`s_{j,i}^2` the per-component error variance of party ``j``'s compressor on row ``i`` and
+:math:`s_0^2` the server model's. :math:`\mathcal{F}_m` is the **exact** second moment of the
+first-order (linear) part of the perturbation when the errors are zero-mean, uncorrelated
+across samples and components with isotropic covariance (dithered scalar, C5.1, and hexagonal
+lattice, C5.2, quantizers); the server-model error :math:`\varepsilon_0` is common to all
+samples, so its part has no :math:`1/B` gain. :math:`\mathcal{R}_m` bounds the second moment
+of the Taylor remainder with an analytic third-derivative bound of softmax cross entropy
+(:data:`CE_THIRD`) for a linear server head, expanded with the exact second and fourth moments
+of the dither errors (:data:`SUBGAUSSIAN_FOURTH`) and with local softmax constants on the
+ball the logits can reach on the dither's (bounded) support.
+
+For biased compressors (top-k, C5.4) the errors are deterministic functions of the data, not
+zero-mean and not independent across samples: :func:`realised_lemma1_bound` gives the
+deterministic bound from the realised errors (no :math:`1/B` gain).
+
+Both bounds are evaluated at a round start (local step 0, :math:`\Phi_m = \Phi^{t_0}`, the
+fresh embeddings of the given parameters), conditionally on the batch and the parameters; the
+expectation is over the dither only.
+
+References
+----------
+1. Castiglia et al., Compressed-VFL, ICML 2022, Lemma 1 (THEORY C4.1).
+2. ``docs/tight_term.rst`` (the proof), ``proofs_checks/c4_5_tight_term.py`` (the checks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, jacrev, vmap
+
+from cvfl_theory.table import Table
+
+__all__ = [
+    "CE_THIRD",
+    "SOFTMAX_LIPSCHITZ",
+    "SUBGAUSSIAN_FOURTH",
+    "TightLemma1",
+    "tight_lemma1_bound",
+    "tight_lemma1_bound_for",
+    "realised_lemma1_bound",
+    "error_variances",
+    "error_kind",
+]
+
+#: :math:`c_3 = 1/\sqrt2`: for softmax :math:`p` and all :math:`u, v`,
+#: :math:`\|\nabla^2 p(u)[v, v]\| \le c_3 \|v\|^2` (third derivative of log-sum-exp; proof in
+#: ``docs/tight_term.rst``, numerical check in ``proofs_checks/c4_5_tight_term.py``).
+CE_THIRD = 1.0 / math.sqrt(2.0)
+#: :math:`\|\nabla p(u)\|_{op} = \lambda_{\max}(\mathrm{diag}(p) - pp^\top) \le 1/2`.
+SOFTMAX_LIPSCHITZ = 0.5
+#: Fourth moment of one dither unit over that of a Gaussian unit of the same covariance (sympy,
+#: ``proofs_checks/c4_5_tight_term.py``): scalar, :math:`E u^4 = \tfrac95 s^4` vs :math:`3 s^4`;
+#: hexagon pair, :math:`E\|u\|^4 = \tfrac{672}{125} s^4` vs :math:`8 s^4` (and, with its
+#: isotropic fourth-moment tensor, :math:`E(u^\top M u)^2 = \tfrac{84}{125}
+#: E_{\mathrm{Gauss}}(u^\top M u)^2` for every symmetric ``M``). Both are ``<= 1``, which makes
+#: :math:`\mathbb{E}\|\zeta\|^4 \le (\operatorname{tr} C)^2 + 2\operatorname{tr}(C^2)` for every
+#: linear image :math:`\zeta` of independent units with covariance ``C``.
+SUBGAUSSIAN_FOURTH = {"scalar": 3.0 / 5.0, "hex": 84.0 / 125.0}
+_KINDS = ("scalar", "hex", "dithered")
+
+
+# ---------------------------------------------------------------------------------------------
+# the result
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TightLemma1:
+    r"""Per-block bounds on :math:`\mathbb{E}\|\nabla_m F_B(\Phi_m) - \nabla_m F_B(\hat\Phi_m)\|^2`.
+
+    Arrays have one entry per block ``m = 0..M`` (``0`` is the server).
+
+    Attributes
+    ----------
+    first_order : numpy.ndarray
+        :math:`\mathcal{F}_m`: exact second moment of the linear part (dithered), or the squared
+        norm of the realised linear part (:func:`realised_lemma1_bound`).
+    remainder : numpy.ndarray
+        :math:`\mathcal{R}_m`: bound on the second moment (or realised square) of the Taylor
+        remainder; zeros when it was not computed (then ``rigorous`` is ``False``).
+    bound : numpy.ndarray
+        :math:`(\sqrt{\mathcal{F}_m} + \sqrt{\mathcal{R}_m})^2` (Minkowski).
+    sup_form : numpy.ndarray
+        The sup-constant corollary of :math:`\mathcal{F}_m`, for the record:
+        :math:`\frac1B G^2 H^2 \sum_{j\ne m, j\ge1} P_j \max_i s_{j,i}^2 + G^2 H^2
+        \min(P_m, |\theta_0|)\, s_0^2` with :math:`G = \max_i\|J_{m,i}\|`, :math:`H = \max_{i,j}
+        \|A_{mj,i}\|` (operator norms); ``nan`` for realised errors.
+    batch_size : int
+        ``B``.
+    method : str
+        ``"dithered"`` (expectation over the dither) or ``"realised"`` (deterministic).
+    kinds : tuple of str
+        Error law of each block's compressor, server first.
+    rigorous : bool
+        Whether ``bound`` is a proved upper bound (the remainder was bounded).
+    """
+
+    first_order: np.ndarray
+    remainder: np.ndarray
+    bound: np.ndarray
+    sup_form: np.ndarray
+    batch_size: int
+    method: str
+    kinds: tuple[str, ...]
+    rigorous: bool
+
+    def table(self) -> Table:
+        """One row per block: first order, remainder, bound, sup form (C4.5, ours)."""
+        rows = [
+            [m, float(f), float(r), float(b), float(s)]
+            for m, (f, r, b, s) in enumerate(
+                zip(self.first_order, self.remainder, self.bound, self.sup_form)
+            )
+        ]
+        what = "proved bound" if self.rigorous else "first order only, NOT a bound"
+        return Table(
+            ["block m", "first order", "remainder", "bound", "sup form"],
+            rows,
+            title=(
+                f"Lemma 1 left side, tight term C4.5 (ours, not the paper's): {self.method} "
+                f"errors, B = {self.batch_size}, {what}"
+            ),
+        )
+
+    def __str__(self) -> str:
+        return str(self.table())
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+
+# ---------------------------------------------------------------------------------------------
+# compressors -> error laws
+# ---------------------------------------------------------------------------------------------
+def error_kind(compressor: Any) -> str:
+    """Error law of a package compressor: ``"scalar"`` or ``"hex"`` (dithered), ``"none"``.
+
+    Raises
+    ------
+    ValueError
+        For a compressor whose error is not zero-mean and data-independent (top-k, or a
+        quantizer without dither): use :func:`realised_lemma1_bound`.
+    """
+    from cvfl_theory.compressors import HexLatticeQuantizer, Identity, ScalarQuantizer
+
+    if compressor is None or isinstance(compressor, Identity):
+        return "none"
+    if isinstance(compressor, (ScalarQuantizer, HexLatticeQuantizer)) and compressor.dither:
+        return "scalar" if isinstance(compressor, ScalarQuantizer) else "hex"
+    raise ValueError(
+        f"compressor must be a dithered ScalarQuantizer or HexLatticeQuantizer (zero-mean, "
+        f"data-independent errors), or Identity; got {compressor!r}: use realised_lemma1_bound"
+    )
+
+
+def error_variances(compressor: Any, x: Any) -> np.ndarray:
+    r"""Per-row, per-component error variance :math:`s_i^2` of a compressor on ``x`` (B, P).
+
+    :math:`s_i^2 = \mathbb{E}\|C(x_i) - x_i\|^2 / P` from the compressor's own exact
+    ``expected_error`` (C5.1: :math:`\Delta_i^2/12`; C5.2: :math:`5V_i/(36\sqrt3)`): row by row for
+    ``range="minmax-row"`` (one step per row), and one shared step for a fixed range or
+    ``"minmax-tensor"`` (one range for the whole matrix). Identity gives zeros (float32 rounding ignored).
+
+    Raises
+    ------
+    ValueError
+        A biased compressor (see :func:`error_kind`), or a fixed-range quantizer that would clip
+        ``x`` (the error is then not zero-mean: the "no overload" assumption fails).
+    """
+    kind = error_kind(compressor)
+    a = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    a = np.atleast_2d(np.asarray(a, dtype=np.float64))
+    if kind == "none":
+        return np.zeros(a.shape[0])
+    if not isinstance(compressor.range, str):
+        lo, hi = compressor.range
+        if np.any(a < lo) or np.any(a > hi):
+            raise ValueError(
+                f"x has entries outside the compressor's fixed range {compressor.range}: the "
+                "quantizer would clip (overload), so its error is not zero-mean"
+            )
+    if compressor.range == "minmax-row":  # one step per row
+        P = a.shape[1]
+        return np.array([compressor.expected_error(a[i : i + 1]) / P for i in range(a.shape[0])])
+    # a fixed range or one min-max range for the whole tensor: one step shared by every row
+    return np.full(a.shape[0], compressor.expected_error(a) / a.size)
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------------------------
+def _check_models(parties: Any, server: Any, inputs: Any, y: Any) -> tuple[int, int]:
+    if not isinstance(server, nn.Module):
+        raise TypeError(f"server must be a torch.nn.Module, got {type(server).__name__}")
+    if not isinstance(parties, Sequence) or not all(isinstance(p, nn.Module) for p in parties):
+        raise TypeError("parties must be a sequence of torch.nn.Module (one per party)")
+    M = len(parties)
+    if M < 1:
+        raise ValueError("parties must hold at least one party model")
+    if not isinstance(inputs, Sequence) or len(inputs) != M:
+        raise ValueError(f"inputs must hold one feature tensor per party (M = {M})")
+    if not all(isinstance(x, torch.Tensor) and x.ndim >= 1 for x in inputs):
+        raise TypeError("inputs must be torch tensors with the batch along dimension 0")
+    B = int(inputs[0].shape[0])
+    if B < 1 or any(int(x.shape[0]) != B for x in inputs):
+        raise ValueError(f"inputs must share one batch size B >= 1, got {[len(x) for x in inputs]}")
+    if not isinstance(y, torch.Tensor) or y.shape != (B,):
+        raise ValueError(f"y must be a tensor of B = {B} class labels")
+    return M, B
+
+
+def _variances(error_var: Any, M: int, B: int) -> np.ndarray:
+    if not isinstance(error_var, Sequence) and not isinstance(error_var, np.ndarray):
+        raise TypeError("error_var must be a sequence of M per-party variances")
+    if len(error_var) != M:
+        raise ValueError(f"error_var must have one entry per party (M = {M}), got {len(error_var)}")
+    out = np.empty((M, B))
+    for k, v in enumerate(error_var):
+        a = np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v, dtype=np.float64)
+        if a.ndim > 1 or (a.ndim == 1 and a.size != B):
+            raise ValueError(
+                f"error_var[{k}] must be a scalar or have B = {B} entries (one per row)"
+            )
+        if not np.all(np.isfinite(a)) or np.any(a < 0):
+            raise ValueError(f"error_var[{k}] must be finite and >= 0, got {a.tolist()}")
+        out[k] = a
+    return out
+
+
+def _kinds(kind: Any, M: int) -> tuple[str, ...]:
+    ks = (kind,) * (M + 1) if isinstance(kind, str) else tuple(kind)
+    if len(ks) != M + 1 or any(k not in (*_KINDS, "none") for k in ks):
+        raise ValueError(
+            f"kind must be one of {_KINDS} or a sequence of M + 1 = {M + 1} of them (server "
+            f"first), got {kind!r}"
+        )
+    return ks
+
+
+def _linear_head(server: nn.Module) -> nn.Linear | None:
+    lin = getattr(server, "net", server)
+    return lin if isinstance(lin, nn.Linear) and lin.bias is not None else None
+
+
+# ---------------------------------------------------------------------------------------------
+# per-sample derivatives (torch.func)
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Derivatives:
+    z: torch.Tensor  # (B, P) concatenated embeddings
+    sizes: list[int]  # P_1..P_M
+    Hzz: torch.Tensor  # (B, P, P) per-sample Hessian of the loss in the embeddings
+    A0: torch.Tensor  # (B, N0, P) per-sample d(grad_theta0 loss)/dz
+    J: list[torch.Tensor]  # per party (B, P_m, N_m) per-sample Jacobians of h_m in theta_m
+    n0: int
+
+
+def _derivatives(
+    parties: Sequence[nn.Module],
+    server: nn.Module,
+    inputs: Sequence[torch.Tensor],
+    y: Any,
+    loss: Any = None,
+) -> _Derivatives:
+    with torch.no_grad():
+        H = [p(x) for p, x in zip(parties, inputs)]
+    sizes = [int(h.shape[1]) for h in H]
+    z = torch.cat(H, dim=1).detach()
+    B, P = z.shape
+    sp = {k: v.detach() for k, v in server.named_parameters()}
+
+    def ell(params: dict[str, torch.Tensor], zi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        logits = functional_call(server, params, (zi.unsqueeze(0),))
+        if loss is None:
+            return nn.functional.cross_entropy(logits, yi.unsqueeze(0))
+        return loss(logits, yi.unsqueeze(0))
+
+    Hzz = vmap(jacrev(jacrev(ell, argnums=1), argnums=1), in_dims=(None, 0, 0))(sp, z, y)
+    A0d = vmap(jacrev(jacrev(ell, argnums=0), argnums=1), in_dims=(None, 0, 0))(sp, z, y)
+    A0 = torch.cat([A0d[k].reshape(B, -1, P) for k in sp], dim=1)
+    J = []
+    for net, x in zip(parties, inputs):
+        pp = {k: v.detach() for k, v in net.named_parameters()}
+
+        def h(params: dict[str, torch.Tensor], xi: torch.Tensor, net: nn.Module = net) -> Any:
+            return functional_call(net, params, (xi.unsqueeze(0),))[0]
+
+        Jd = vmap(jacrev(h), in_dims=(None, 0))(pp, x)
+        J.append(torch.cat([Jd[k].reshape(B, Jd[k].shape[1], -1) for k in pp], dim=2))
+    return _Derivatives(z, sizes, Hzz.detach(), A0.detach(), J, int(A0.shape[1]))
+
+
+def _blocks(sizes: Sequence[int]) -> list[slice]:
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    return [slice(int(off[k]), int(off[k + 1])) for k in range(len(sizes))]
+
+
+def _party_part(K: np.ndarray | None, A: np.ndarray, s2: np.ndarray) -> float:
+    r""":math:`\frac1{B^2}\sum_i s_i^2 \|J_i^\top A_i\|_F^2` with :math:`K_i = J_i J_i^\top`.
+
+    ``K=None`` means :math:`J_i = I` (the server block). ``A`` is ``(B, P_m, P_j)``.
+    """
+    B = A.shape[0]
+    fro = np.sum(A**2, axis=(1, 2)) if K is None else np.einsum("bpq,bpr,bqr->b", K, A, A)
+    return float(np.sum(s2 * fro)) / B**2
+
+
+def _server_part(J: np.ndarray, A_m0: np.ndarray, s0: float) -> float:
+    r""":math:`\frac{s_0^2}{B^2}\|\sum_i J_i^\top A_{m0,i}\|_F^2`: one error for every sample.
+
+    ``J`` is ``(B, P_m, N_m)``, ``A_m0`` is ``(B, N_0, P_m)`` (:math:`A_{m0,i}^\top`).
+    """
+    B = J.shape[0]
+    S = np.einsum("bpn,bkp->nk", J, A_m0)
+    return s0 * float(np.sum(S**2)) / B**2
+
+
+def _op_norm_wj(Wm: np.ndarray, K: np.ndarray) -> np.ndarray:
+    r"""Per-sample :math:`\|W_m J_{m,i}\|_{op}` from :math:`K_i = J_{m,i} J_{m,i}^\top`."""
+    WKW = np.einsum("kp,bpq,lq->bkl", Wm, K, Wm)
+    return np.sqrt(np.linalg.eigvalsh(WKW)[:, -1].clip(min=0.0))
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().astype(np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# the remainder (linear head)
+# ---------------------------------------------------------------------------------------------
+def _fourth_moment(C: np.ndarray) -> np.ndarray:
+    r""":math:`(\operatorname{tr} C)^2 + 2\operatorname{tr}(C^2)` for a stack of covariances ``C``.
+
+    An upper bound on :math:`\mathbb{E}\|\zeta\|^4` for a linear image :math:`\zeta` of
+    independent dither units with covariance ``C`` (equality for Gaussian units; the uniform
+    scalar and hexagon units have smaller fourth moments, :data:`SUBGAUSSIAN_FOURTH`).
+    """
+    tr = np.trace(C, axis1=-2, axis2=-1)
+    return tr**2 + 2.0 * np.sum(C * np.swapaxes(C, -1, -2), axis=(-2, -1))
+
+
+def _norm4_bound(mean2: np.ndarray, sum_s4: np.ndarray) -> np.ndarray:
+    r""":math:`\mathbb{E}\|\varepsilon\|^4 \le (\sum P s^2)^2 + 2\sum P s^4` (identity map)."""
+    return mean2**2 + 2.0 * sum_s4
+
+
+@dataclass
+class _Softmax:
+    r"""Per-sample softmax quantities at the batch's logits (linear head)."""
+
+    lam0: np.ndarray  # exact ||J_p(u_i)||
+    delta: np.ndarray  # 1 - max_k p_k(u_i)
+
+
+def _softmax_at(W: np.ndarray, b: np.ndarray, z: np.ndarray) -> _Softmax:
+    u = z @ W.T + b
+    u = u - u.max(axis=1, keepdims=True)
+    p = np.exp(u)
+    p /= p.sum(axis=1, keepdims=True)
+    Jp = np.einsum("bk,kl->bkl", p, np.eye(p.shape[1])) - np.einsum("bk,bl->bkl", p, p)
+    return _Softmax(np.linalg.eigvalsh(Jp)[:, -1].clip(min=0.0), 1.0 - p.max(axis=1))
+
+
+def _local_constants(sm: _Softmax, radius: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""Softmax constants valid on the ball of ``radius`` around each sample's logits.
+
+    With :math:`\delta = 1 - \max_k p_k(u)` and
+    :math:`\delta_r = \min(1, \delta e^{\sqrt2 r}/(1 - \delta))` (the probability off the top
+    class anywhere in the ball): :math:`\|J_p\| \le \lambda_r = \min(1/2, 2\delta_r)` and
+    :math:`\|\nabla^2 p[v, v]\| \le \kappa_r\|v\|^2`, :math:`\kappa_r = \min(c_3,
+    4\sqrt2\,\delta_r)` (docs/tight_term.rst, Step 3).
+    """
+    with np.errstate(over="ignore"):
+        dr = np.minimum(1.0, sm.delta * np.exp(np.sqrt(2.0) * radius) / (1.0 - sm.delta))
+    return np.minimum(SOFTMAX_LIPSCHITZ, 2.0 * dr), np.minimum(CE_THIRD, 4.0 * np.sqrt(2.0) * dr)
+
+
+#: Largest squared error per component over the dither's support, in units of :math:`s^2`:
+#: scalar :math:`(\Delta/2)^2 = 3 s^2`; hexagon: the circumradius squared of a cell of area
+#: :math:`V` is :math:`2V/(3\sqrt3) = \tfrac{24}{5} s^2` per pair, and a lone component (odd
+#: ``P``) can take all of it, so :math:`\tfrac{24}{5} s^2` per component is used.
+_MAX_SQ = {"scalar": 3.0, "hex": 24.0 / 5.0, "dithered": 24.0 / 5.0, "none": 0.0}
+
+
+def _dithered_remainder(
+    m: int,
+    W: np.ndarray,
+    sizes: Sequence[int],
+    zeta: np.ndarray,
+    s2: np.ndarray,
+    s0: float,
+    G: np.ndarray,
+    GW: np.ndarray,
+    sm: _Softmax,
+    kinds: Sequence[str],
+) -> float:
+    r"""Bound on :math:`\sqrt{\mathbb{E}\|\frac1B\sum_i J_{m,i}^\top r_i\|^2}` (linear head).
+
+    ``s2`` is ``(M, B)``, ``G`` the per-sample :math:`\|J_{m,i}\|`, ``GW`` the per-sample
+    :math:`\|W_m J_{m,i}\|` (unused for ``m = 0``), ``kinds`` the error laws (server first).
+    See ``docs/tight_term.rst``, Steps 4-6.
+    """
+    blk = _blocks(sizes)
+    K = W.shape[0]
+    B = s2.shape[1]
+    others = [j for j in range(len(sizes)) if j != m - 1]
+    # covariance of the linear part of the logit perturbation, per sample (K x K)
+    C = np.zeros((B, K, K))
+    for j in others:
+        WW = W[:, blk[j]] @ W[:, blk[j]].T
+        C += s2[j][:, None, None] * WW[None]
+    mean_eps = sum(sizes[j] * s2[j] for j in others) + np.zeros(B)
+    s4_eps = sum(sizes[j] * s2[j] ** 2 for j in others) + np.zeros(B)
+    e4_eps = _norm4_bound(mean_eps, s4_eps)
+    x_max = np.sqrt(sum(_MAX_SQ[kinds[j + 1]] * sizes[j] * s2[j] for j in others) + np.zeros(B))
+    if m == 0:
+        e4_d = _fourth_moment(C)
+        lam, kap = _local_constants(sm, float(np.linalg.norm(W, 2)) * x_max)
+        y = (kap / 2) * zeta * np.sqrt(e4_d) + lam * (e4_d * e4_eps) ** 0.25
+        return float(np.sum(y) / B)
+    n0 = W.size + W.shape[0]
+    a_max = float(np.sqrt(_MAX_SQ[kinds[0]] * n0 * s0))
+    w_o = float(np.linalg.norm(np.delete(W, np.arange(W.shape[1])[blk[m - 1]], axis=1), 2))
+    # the logits move by at most r_max anywhere on the dither's support
+    lam, kap = _local_constants(sm, a_max * zeta + w_o * x_max + a_max * x_max)
+    C += (s0 * zeta**2)[:, None, None] * np.eye(K)[None]
+    l4_d = _fourth_moment(C) ** 0.25 + ((K**2 + 2 * K) * s0**2 * e4_eps) ** 0.25
+    e2_eeps = K * s0 * mean_eps
+    KP = K * sizes[m - 1]
+    e4_em = KP**2 * s0**2 + 2 * KP * s0**2
+    y = GW * ((kap / 2) * l4_d**2 + sm.lam0 * np.sqrt(e2_eeps)) + G * lam * e4_em**0.25 * l4_d
+    return float(np.sum(y) / B)
+
+
+def _realised_remainder(
+    m: int,
+    W: np.ndarray,
+    sizes: Sequence[int],
+    z: np.ndarray,
+    eps: Sequence[np.ndarray],
+    E: np.ndarray,
+    e: np.ndarray,
+    G: np.ndarray,
+    GW: np.ndarray,
+    sm: _Softmax,
+) -> float:
+    r"""Realised bound on :math:`\|\frac1B\sum_i J_{m,i}^\top r_i\|` (linear head)."""
+    blk = _blocks(sizes)
+    B = z.shape[0]
+    full = np.concatenate(
+        [np.zeros_like(eps[j]) if j == m - 1 else eps[j] for j in range(len(sizes))], axis=1
+    )
+    x = np.linalg.norm(full, axis=1)
+    zeta = np.sqrt(np.sum(z**2, axis=1) + 1.0)
+    if m == 0:
+        d = np.linalg.norm(full @ W.T, axis=1)
+        lam, kap = _local_constants(sm, d)
+        y = (kap / 2) * zeta * d**2 + lam * d * x
+        return float(np.sum(y) / B)
+    d = np.linalg.norm((z + full) @ (W + E).T + e - z @ W.T, axis=1)
+    lam, kap = _local_constants(sm, d)
+    eeps = np.linalg.norm(full @ E.T, axis=1)
+    em = float(np.linalg.norm(E[:, blk[m - 1]]))
+    y = GW * ((kap / 2) * d**2 + sm.lam0 * eeps) + G * lam * em * d
+    return float(np.sum(y) / B)
+
+
+# ---------------------------------------------------------------------------------------------
+# the bounds
+# ---------------------------------------------------------------------------------------------
+def tight_lemma1_bound(
+    parties: Sequence[nn.Module],
+    server: nn.Module,
+    inputs: Sequence[torch.Tensor],
+    y: torch.Tensor,
+    error_var: Sequence[Any],
+    *,
+    server_error_var: float = 0.0,
+    kind: str | Sequence[str] = "dithered",
+    remainder: bool = True,
+    loss: Any = None,
+) -> TightLemma1:
+    r"""Tight bound on Lemma 1's left side for dithered quantizers (C4.5, ours, not the paper's).
+
+    For every block ``m = 0..M`` bounds
+    :math:`\mathbb{E}\|\nabla_m F_B(\Phi_m) - \nabla_m F_B(\hat\Phi_m)\|^2` (expectation over
+    the dither, batch and parameters fixed, at a round start) by
+    :math:`(\sqrt{\mathcal{F}_m} + \sqrt{\mathcal{R}_m})^2` with
+
+    .. math:: \mathcal{F}_m = \frac{1}{B^2}\sum_i \sum_{j\ne m, j\ge 1} s_{j,i}^2
+              \|J_{m,i}^\top A_{mj,i}\|_F^2 + \frac{s_0^2}{B^2}
+              \Bigl\|\sum_i J_{m,i}^\top A_{m0,i}\Bigr\|_F^2
+
+    (:math:`J_{0,i} = I`; for ``m = 0`` only the parties' errors enter) and
+    :math:`\mathcal{R}_m` the remainder bound of ``docs/tight_term.rst`` (linear head).
+
+    Assumptions: the errors are zero-mean, independent of the data given the parameters,
+    independent across parties, samples and (scalar) components or (hex) component pairs, with
+    covariance :math:`s^2 I` per row (dithered quantizers without overload, C5.1, C5.2); the
+    server's error is independent of the parties'; the loss is softmax cross entropy of the
+    server's logits.
+
+    Parameters
+    ----------
+    parties : sequence of torch.nn.Module
+        The ``M`` party models :math:`h_m(\theta_m; x_m)`.
+    server : torch.nn.Module
+        The server head (loss: cross entropy of ``server(cat(embeddings))``).
+    inputs : sequence of torch.Tensor
+        The batch's per-party features, ``B`` rows each.
+    y : torch.Tensor
+        ``(B,)`` labels.
+    error_var : sequence
+        ``error_var[k]`` is :math:`s^2` of party ``k + 1`` (block ``m = k + 1``): a scalar or
+        one per row (``(B,)``, e.g. min-max quantizers); see :func:`error_variances`.
+    server_error_var : float
+        :math:`s_0^2` per component of the compressed server model :math:`C_0(\theta_0)`.
+    kind : {"dithered", "scalar", "hex"} or sequence
+        The error law (fourth moments of the remainder): ``"scalar"`` (uniform), ``"hex"``
+        (uniform on the hexagon) or ``"dithered"`` (the larger of the two, valid for both);
+        a sequence gives one per block, server first.
+    loss : callable, optional
+        Per-sample loss ``loss(logits, y)`` of ``(1, K)`` logits and ``(1,)`` labels in place
+        of cross entropy (first-order term only: needs ``remainder=False``).
+    remainder : bool
+        Bound the Taylor remainder (needs a linear head: ``nn.Linear`` or a module whose
+        ``net`` is one). ``False`` returns the first-order term only (``rigorous=False``).
+
+    Returns
+    -------
+    TightLemma1
+
+    Raises
+    ------
+    ValueError
+        Bad shapes or variances, or ``remainder=True`` with a non-linear head.
+
+    Examples
+    --------
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> parties = [torch.nn.Linear(3, 2).double(), torch.nn.Linear(2, 2).double()]
+    >>> server = torch.nn.Linear(4, 3).double()
+    >>> xs = [torch.randn(16, 3, dtype=torch.float64), torch.randn(16, 2, dtype=torch.float64)]
+    >>> y = torch.randint(0, 3, (16,))
+    >>> r = tight_lemma1_bound(parties, server, xs, y, [1e-4, 1e-4], server_error_var=1e-6)
+    >>> bool((r.bound >= r.first_order).all()), r.bound.shape
+    (True, (3,))
+    """
+    M, B = _check_models(parties, server, inputs, y)
+    s2 = _variances(error_var, M, B)  # (M, B)
+    s0 = float(_variances([server_error_var], 1, 1)[0, 0])
+    kinds = _kinds(kind, M)
+    if remainder not in (True, False):
+        raise TypeError(f"remainder must be True or False, got {remainder!r}")
+    head = _linear_head(server)
+    if remainder and loss is not None:
+        raise ValueError("remainder=True is proved for cross entropy only: pass loss=None")
+    if remainder and head is None:
+        raise ValueError(
+            "remainder=True needs a linear server head (nn.Linear with bias, or a module whose "
+            f".net is one); got {type(server).__name__}: pass remainder=False for the first-order "
+            "term only (not a bound)"
+        )
+    d = _derivatives(parties, server, inputs, y, loss)
+    blk = _blocks(d.sizes)
+    Hzz, A0 = _np(d.Hzz), _np(d.A0)
+    J = [_np(j) for j in d.J]
+    first = np.zeros(M + 1)
+    sup = np.zeros(M + 1)
+    rem = np.zeros(M + 1)
+    # m = 0: J = I, only the parties' errors
+    for j in range(M):
+        first[0] += _party_part(None, A0[:, :, blk[j]], s2[j])
+        H = float(np.max(np.linalg.norm(A0[:, :, blk[j]], 2, axis=(1, 2))))
+        sup[0] += H**2 * d.sizes[j] * float(np.max(s2[j])) / B
+    W = _np(head.weight) if head is not None else None
+    zeta = np.sqrt(np.sum(_np(d.z) ** 2, axis=1) + 1.0)
+    if remainder:
+        assert W is not None
+        sm = _softmax_at(W, _np(head.bias), _np(d.z))  # type: ignore[union-attr]
+        one = np.ones(B)
+        rem[0] = _dithered_remainder(0, W, d.sizes, zeta, s2, s0, one, one, sm, kinds) ** 2
+    for m in range(1, M + 1):
+        Jm = J[m - 1]
+        K = np.einsum("bpn,bqn->bpq", Jm, Jm)
+        G2 = np.linalg.eigvalsh(K)[:, -1].clip(min=0.0)
+        for j in range(M):
+            if j == m - 1:
+                continue
+            A = Hzz[:, blk[m - 1], blk[j]]
+            first[m] += _party_part(K, A, s2[j])
+            H = float(np.max(np.linalg.norm(A, 2, axis=(1, 2))))
+            sup[m] += float(np.max(G2)) * H**2 * d.sizes[j] * float(np.max(s2[j])) / B
+        if s0 > 0:
+            A_m0 = A0[:, :, blk[m - 1]]  # (B, N0, P_m)
+            first[m] += _server_part(Jm, A_m0, s0)
+            H0 = float(np.max(np.linalg.norm(A_m0, 2, axis=(1, 2))))
+            sup[m] += float(np.max(G2)) * H0**2 * min(d.sizes[m - 1], d.n0) * s0
+        if remainder:
+            assert W is not None
+            GW = _op_norm_wj(W[:, blk[m - 1]], K)
+            rem[m] = (
+                _dithered_remainder(m, W, d.sizes, zeta, s2, s0, np.sqrt(G2), GW, sm, kinds) ** 2
+            )
+    bound = (np.sqrt(first) + np.sqrt(rem)) ** 2
+    return TightLemma1(first, rem, bound, sup, B, "dithered", kinds, bool(remainder))
+
+
+def tight_lemma1_bound_for(
+    parties: Sequence[nn.Module],
+    server: nn.Module,
+    inputs: Sequence[torch.Tensor],
+    y: torch.Tensor,
+    compressors: Any,
+    server_compressor: Any = None,
+    *,
+    remainder: bool = True,
+) -> TightLemma1:
+    r""":func:`tight_lemma1_bound` with the error laws read from the package's compressors.
+
+    Parameters
+    ----------
+    parties, server, inputs, y
+        As in :func:`tight_lemma1_bound`.
+    compressors : Compressor or sequence of Compressor
+        :math:`C_m` of the parties (one for all, or one per party): dithered
+        :class:`~cvfl_theory.compressors.ScalarQuantizer`,
+        :class:`~cvfl_theory.compressors.HexLatticeQuantizer` or
+        :class:`~cvfl_theory.compressors.Identity`.
+    server_compressor : Compressor, optional
+        :math:`C_0` of the flattened server model (``None``: no server compression).
+    remainder : bool
+        As in :func:`tight_lemma1_bound`.
+
+    Returns
+    -------
+    TightLemma1
+    """
+    M, _ = _check_models(parties, server, inputs, y)
+    comps = list(compressors) if isinstance(compressors, Sequence) else [compressors] * M
+    if len(comps) != M:
+        raise ValueError(f"compressors must be one compressor or M = {M}, got {len(comps)}")
+    with torch.no_grad():
+        H = [p(x) for p, x in zip(parties, inputs)]
+        theta0 = torch.cat([q.detach().reshape(-1) for q in server.parameters()]).reshape(1, -1)
+    s2 = [error_variances(c, h) for c, h in zip(comps, H)]
+    s0 = float(error_variances(server_compressor, theta0)[0])
+    kinds = [error_kind(server_compressor)] + [error_kind(c) for c in comps]
+    return tight_lemma1_bound(
+        parties, server, inputs, y, s2, server_error_var=s0, kind=kinds, remainder=remainder
+    )
+
+
+def realised_lemma1_bound(
+    parties: Sequence[nn.Module],
+    server: nn.Module,
+    inputs: Sequence[torch.Tensor],
+    y: torch.Tensor,
+    errors: Sequence[Any],
+    server_error: Any = None,
+) -> TightLemma1:
+    r"""Deterministic bound from realised errors, for biased compressors such as top-k (C4.5).
+
+    With realised errors :math:`\varepsilon_{j,i}` (not zero-mean, not independent) no cross
+    term vanishes and there is no :math:`1/B` gain. The bound is
+
+    .. math:: \|\nabla_m F_B(\Phi_m) - \nabla_m F_B(\hat\Phi_m)\|^2 \le \Bigl(\Bigl\|
+              \frac1B\sum_i J_{m,i}^\top\sum_{j\ne m} A_{mj,i}\varepsilon_{j,i}\Bigr\| +
+              \frac1B\sum_i \|J_{m,i}\| \sum_{\alpha\beta}\kappa_{\alpha\beta,i}
+              \|\varepsilon_0\|^\alpha\|\varepsilon_{-m,i}\|^\beta\Bigr)^2
+
+    (first-order part exact, remainder bounded as in :func:`tight_lemma1_bound`; linear head).
+    For a deterministic compressor the left side has no randomness, so this bounds Lemma 1's
+    left side itself.
+
+    Parameters
+    ----------
+    parties, server, inputs, y
+        As in :func:`tight_lemma1_bound`.
+    errors : sequence of tensor
+        Realised :math:`\varepsilon_j = C_j(h_j) - h_j`, ``(B, P_j)`` per party.
+    server_error : tensor, optional
+        Realised :math:`C_0(\theta_0) - \theta_0`, flattened in ``server.parameters()`` order.
+
+    Returns
+    -------
+    TightLemma1
+        ``method="realised"``; ``first_order`` is the squared norm of the realised linear part.
+    """
+    M, B = _check_models(parties, server, inputs, y)
+    head = _linear_head(server)
+    if head is None:
+        raise ValueError(
+            f"realised_lemma1_bound needs a linear server head, got {type(server).__name__}"
+        )
+    d = _derivatives(parties, server, inputs, y)
+    if not isinstance(errors, Sequence) or len(errors) != M:
+        raise ValueError(f"errors must hold one (B, P_j) error matrix per party (M = {M})")
+    eps = []
+    for k, e in enumerate(errors):
+        a = np.asarray(e.detach().cpu() if isinstance(e, torch.Tensor) else e, dtype=np.float64)
+        if a.shape != (B, d.sizes[k]) or not np.all(np.isfinite(a)):
+            raise ValueError(f"errors[{k}] must be finite with shape (B, P) = {(B, d.sizes[k])}")
+        eps.append(a)
+    if server_error is None:
+        e0 = np.zeros(d.n0)
+    else:
+        e0 = np.asarray(
+            server_error.detach().cpu() if isinstance(server_error, torch.Tensor) else server_error,
+            dtype=np.float64,
+        ).reshape(-1)
+        if e0.size != d.n0 or not np.all(np.isfinite(e0)):
+            raise ValueError(f"server_error must be finite with |theta_0| = {d.n0} entries")
+    blk = _blocks(d.sizes)
+    Hzz, A0 = _np(d.Hzz), _np(d.A0)
+    J = [_np(j) for j in d.J]
+    W = _np(head.weight)
+    E = e0[: W.size].reshape(W.shape)  # nn.Linear: weight (row-major), then bias
+    e = e0[W.size :]
+    z = _np(d.z)
+    first = np.zeros(M + 1)
+    rem = np.zeros(M + 1)
+    lin0 = sum(np.einsum("bnp,bp->n", A0[:, :, blk[j]], eps[j]) for j in range(M)) / B
+    first[0] = float(np.sum(np.asarray(lin0) ** 2))
+    one = np.ones(B)
+    sm = _softmax_at(W, _np(head.bias), z)
+    rem[0] = _realised_remainder(0, W, d.sizes, z, eps, E, e, one, one, sm) ** 2
+    for m in range(1, M + 1):
+        others = [j for j in range(M) if j != m - 1]
+        Jm = J[m - 1]
+        g = sum(np.einsum("bpq,bq->bp", Hzz[:, blk[m - 1], blk[j]], eps[j]) for j in others)
+        g = g + np.einsum("bnp,n->bp", A0[:, :, blk[m - 1]], e0)
+        lin = np.einsum("bpn,bp->n", Jm, g) / B
+        first[m] = float(np.sum(lin**2))
+        K = np.einsum("bpn,bqn->bpq", Jm, Jm)
+        G = np.sqrt(np.linalg.eigvalsh(K)[:, -1].clip(min=0.0))
+        GW = _op_norm_wj(W[:, blk[m - 1]], K)
+        rem[m] = _realised_remainder(m, W, d.sizes, z, eps, E, e, G, GW, sm) ** 2
+    bound = (np.sqrt(first) + np.sqrt(rem)) ** 2
+    nan = np.full(M + 1, np.nan)
+    return TightLemma1(first, rem, bound, nan, B, "realised", ("realised",) * (M + 1), True)

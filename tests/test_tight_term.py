@@ -1,0 +1,258 @@
+"""C4.5 (ours): the tight bound on Lemma 1's left side, cvfl_sim.tight_term."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import cvfl_sim.tight_term as tt
+from cvfl_theory.bounds import theorem_4_2, theorem_4_4
+from cvfl_theory.compressors import HexLatticeQuantizer, Identity, ScalarQuantizer, TopK
+from proofs_checks.c4_5_tight_term import measured_lemma1
+
+Z = 5.0  # standard errors allowed in the Monte Carlo comparisons
+
+
+def _quadratic(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """0.5 ||u - onehot(y)||^2: the gradient in the embeddings is affine in them."""
+    k = torch.arange(logits.shape[1]).unsqueeze(0)
+    t = (k == y.unsqueeze(1)).to(logits.dtype)  # one-hot without data-dependent sizes (vmap)
+    return 0.5 * ((logits - t) ** 2).sum()
+
+
+def _linear_setup(seed: int = 0, B: int = 6):
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    dims, P, K = (3, 2, 4), (2, 3, 2), 3
+    parties = [nn.Linear(d, p).double() for d, p in zip(dims, P)]
+    server = nn.Linear(sum(P), K).double()
+    xs = [torch.randn(B, d, generator=gen, dtype=torch.float64) for d in dims]
+    y = torch.randint(0, K, (B,), generator=gen)
+    return parties, server, xs, y
+
+
+def _closed_form_parties(server, xs, s2):
+    r"""E||D_m||^2 for linear parties h = V x + c, a linear head and the quadratic loss.
+
+    grad_{h_m} l_i = W_m^T (W z_i + b - t_i), so with party errors only the perturbation of
+    block m is (1/B) sum_i J_i^T W_m^T sum_{j != m} W_j eps_{j,i}, and J_i^T v = (v x_i^T, v):
+    ||J_i^T M||_F^2 = ||M||_F^2 (||x_{m,i}||^2 + 1). Independent errors with variance s_j^2 give
+    E||D_m||^2 = (1/B^2) sum_i (||x_{m,i}||^2 + 1) sum_{j != m} s_{j,i}^2 ||W_m^T W_j||_F^2.
+    """
+    W = server.weight.detach().numpy()
+    P = [0, *np.cumsum([2, 3, 2])]
+    Wb = [W[:, P[k] : P[k + 1]] for k in range(3)]
+    B = xs[0].shape[0]
+    out = []
+    for m in range(3):
+        x2 = (xs[m].numpy() ** 2).sum(axis=1) + 1.0
+        tot = 0.0
+        for j in range(3):
+            if j != m:
+                tot += float(np.sum(x2 * np.broadcast_to(s2[j], (B,)))) * float(
+                    np.sum((Wb[m].T @ Wb[j]) ** 2)
+                )
+        out.append(tot / B**2)
+    return np.array(out)
+
+
+def test_first_order_is_the_exact_expectation_when_the_gradient_is_linear():
+    parties, server, xs, y = _linear_setup()
+    s2 = [0.01, np.linspace(0.001, 0.02, 6), 0.003]  # one party with per-row variances
+    r = tt.tight_lemma1_bound(parties, server, xs, y, s2, loss=_quadratic, remainder=False)
+    exact = _closed_form_parties(server, xs, s2)
+    np.testing.assert_allclose(r.first_order[1:], exact, rtol=1e-10)
+    assert not r.rigorous and "NOT a bound" in str(r)
+
+
+def _server_mixed_hessian(parties, server, xs, y, m):
+    r"""(1/B) sum_i J_i^T A_{m0,i} = d/dtheta_0 grad_{theta_m} F_B, by full-batch autograd."""
+    names = [k for k, _ in server.named_parameters()]
+    shapes = [v.shape for _, v in server.named_parameters()]
+    theta0 = torch.cat([v.detach().reshape(-1) for v in server.parameters()])
+
+    def grad_m(flat):
+        parts = flat.split([math.prod(s) for s in shapes])
+        params = {k: v.reshape(s) for k, v, s in zip(names, parts, shapes)}
+        H = [p(x) for p, x in zip(parties, xs)]
+        logits = torch.func.functional_call(server, params, (torch.cat(H, 1),))
+        F = sum(_quadratic(logits[i : i + 1], y[i : i + 1]) for i in range(len(y))) / len(y)
+        g = torch.autograd.grad(F, list(parties[m - 1].parameters()), create_graph=True)
+        return torch.cat([t.reshape(-1) for t in g])
+
+    return torch.autograd.functional.jacobian(grad_m, theta0).numpy()
+
+
+def _server_error_part(parties, server, xs, y, s0):
+    zero = tt.tight_lemma1_bound(
+        parties, server, xs, y, [0.0] * 3, server_error_var=0.0, loss=_quadratic, remainder=False
+    )
+    with_s0 = tt.tight_lemma1_bound(
+        parties, server, xs, y, [0.0] * 3, server_error_var=s0, loss=_quadratic, remainder=False
+    )
+    return with_s0.first_order - zero.first_order
+
+
+def test_server_error_adds_coherently():
+    parties, server, xs, y = _linear_setup(1)
+    s0 = 0.02
+    got = _server_error_part(parties, server, xs, y, s0)
+    assert got[0] == 0.0  # the server's own block never sees its compression error
+    for m in (1, 2, 3):
+        H = _server_mixed_hessian(parties, server, xs, y, m)
+        assert got[m] == pytest.approx(s0 * float(np.sum(H**2)), rel=1e-9)
+
+
+def _incoherent_server_part(J, A_m0, s0):
+    B = J.shape[0]
+    return s0 * float(np.sum(np.einsum("bpn,bkp->bnk", J, A_m0) ** 2)) / B**2
+
+
+def _party_part_without_b2(K, A, s2):
+    fro = np.sum(A**2, axis=(1, 2)) if K is None else np.einsum("bpq,bpr,bqr->b", K, A, A)
+    return float(np.sum(s2 * fro))
+
+
+def test_mutations_are_caught(monkeypatch):
+    parties, server, xs, y = _linear_setup(1)
+    s2 = [0.01, 0.02, 0.003]
+    with monkeypatch.context() as mp:
+        mp.setattr(tt, "_party_part", _party_part_without_b2)
+        r = tt.tight_lemma1_bound(parties, server, xs, y, s2, loss=_quadratic, remainder=False)
+        exact = _closed_form_parties(server, xs, s2)
+        assert not np.allclose(r.first_order[1:], exact, rtol=1e-6)
+    with monkeypatch.context() as mp:
+        mp.setattr(tt, "_server_part", _incoherent_server_part)
+        got = _server_error_part(parties, server, xs, y, 0.02)
+        H = _server_mixed_hessian(parties, server, xs, y, 1)
+        assert got[1] != pytest.approx(0.02 * float(np.sum(H**2)), rel=1e-6)
+
+
+def _ce_setup(seed: int, scale: float, B: int = 12):
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    parties = [nn.Sequential(nn.Linear(d, 6), nn.Tanh(), nn.Linear(6, 4)).double() for d in (4, 3)]
+    server = nn.Linear(8, 3).double()
+    with torch.no_grad():
+        server.weight.mul_(scale)
+    xs = [torch.randn(B, d, generator=gen, dtype=torch.float64) for d in (4, 3)]
+    y = torch.randint(0, 3, (B,), generator=gen)
+    return parties, server, xs, y
+
+
+def test_bound_holds_where_the_remainder_matters():
+    # server block, coarse lattice errors, a sharp head and a large batch: the first-order term
+    # falls like 1/B but the remainder's mean adds coherently, so the first order is below the truth
+    parties, server, xs, y = _ce_setup(5, 3.0, B=256)
+    q = HexLatticeQuantizer(2)
+    r = tt.tight_lemma1_bound_for(parties, server, xs, y, q, Identity())
+    mc = measured_lemma1(parties, server, xs, y, q, Identity(), 200, seed=3)
+    mean, se = mc.mean(axis=0), mc.std(axis=0, ddof=1) / math.sqrt(len(mc))
+    assert np.all(r.bound >= mean - Z * se)
+    assert r.first_order[0] < mean[0] - Z * se[0]  # the remainder is needed here
+    assert r.rigorous and np.all(r.remainder > 0)
+
+
+def test_fine_quantizer_first_order_matches_monte_carlo():
+    parties, server, xs, y = _ce_setup(2, 1.0)
+    q = ScalarQuantizer(6)
+    r = tt.tight_lemma1_bound_for(parties, server, xs, y, q, ScalarQuantizer(6))
+    mc = measured_lemma1(parties, server, xs, y, q, ScalarQuantizer(6), 300, seed=4)
+    mean, se = mc.mean(axis=0), mc.std(axis=0, ddof=1) / math.sqrt(len(mc))
+    # two-sided by Minkowski: sqrt F - sqrt R <= sqrt(truth) <= sqrt F + sqrt R
+    lo = (np.sqrt(r.first_order) - np.sqrt(r.remainder)) ** 2
+    assert np.all(r.bound >= mean - Z * se) and np.all(lo <= mean + Z * se)
+    assert np.all(r.remainder < 0.05 * r.first_order)
+    assert np.all(r.sup_form >= r.first_order)  # the sup-constant corollary is weaker
+
+
+def test_realised_bound_for_topk_is_deterministic_and_holds():
+    parties, server, xs, y = _ce_setup(7, 2.0)
+    comp = TopK(k=2)
+    with torch.no_grad():
+        H = [p(x) for p, x in zip(parties, xs)]
+        theta0 = torch.cat([q.reshape(-1) for q in server.parameters()]).reshape(1, -1)
+    eps = [comp.roundtrip(h) - h for h in H]
+    e0 = (comp.roundtrip(theta0) - theta0).reshape(-1)
+    r = tt.realised_lemma1_bound(parties, server, xs, y, eps, e0)
+    truth = measured_lemma1(parties, server, xs, y, comp, comp, 1, seed=0)[0]
+    assert np.all(r.bound >= truth * (1 - 1e-9))
+    assert r.method == "realised" and np.all(np.isnan(r.sup_form))
+
+
+def test_theorem_4_2_with_the_tight_term_by_hand():
+    parties, server, xs, y = _ce_setup(2, 1.0)
+    r = tt.tight_lemma1_bound_for(parties, server, xs, y, ScalarQuantizer(4), ScalarQuantizer(4))
+    U = np.stack([r.bound, 2 * r.bound])  # two rounds
+    kw = dict(F_gap=1.0, Q=3, L=1.0, sigma2=[1.0] * 3, B=12)
+    b42 = theorem_4_2(eta=0.01, T=6, lemma1=U, **kw)
+    assert b42.compression == pytest.approx(92 * 9 / 2 * 3 * float(np.sum(r.bound)))
+    b44 = theorem_4_4(etas=[0.02, 0.01], lemma1=U, **kw)
+    s = float(np.sum(r.bound))
+    assert b44.compression == pytest.approx(92 * 27 * (0.02 * s + 0.01 * 2 * s) / (3 * 0.03))
+
+
+def test_error_variances_by_hand():
+    x = np.array([[0.0, 1.0, 3.0], [-1.0, 1.0, 0.5]])
+    s2 = tt.error_variances(ScalarQuantizer(2, range="minmax-row"), x)
+    np.testing.assert_allclose(s2, [(3.0 / 3) ** 2 / 12, (2.0 / 3) ** 2 / 12], rtol=1e-6)
+    assert np.all(tt.error_variances(Identity(), x) == 0)
+    h = tt.error_variances(HexLatticeQuantizer(3, range=(-1.0, 3.0)), x)
+    V = HexLatticeQuantizer(3, range=(-1.0, 3.0)).expected_error(x) / x.size
+    np.testing.assert_allclose(h, V)
+    with pytest.raises(ValueError, match="realised_lemma1_bound"):
+        tt.error_variances(TopK(k=1), x)
+    with pytest.raises(ValueError, match="clip"):
+        tt.error_variances(ScalarQuantizer(2, range=(0.0, 1.0)), x)
+
+
+def test_bad_input():
+    parties, server, xs, y = _ce_setup(2, 1.0)
+    with pytest.raises(ValueError, match="one entry per party"):
+        tt.tight_lemma1_bound(parties, server, xs, y, [0.1])
+    with pytest.raises(ValueError, match=r"error_var\[1\] must be finite"):
+        tt.tight_lemma1_bound(parties, server, xs, y, [0.1, -1.0])
+    with pytest.raises(ValueError, match=r"error_var\[0\] must be a scalar or have B = 12"):
+        tt.tight_lemma1_bound(parties, server, xs, y, [np.ones(5), 0.1])
+    with pytest.raises(ValueError, match="kind must be one of"):
+        tt.tight_lemma1_bound(parties, server, xs, y, [0.1, 0.1], kind="gauss")
+    with pytest.raises(ValueError, match="y must be"):
+        tt.tight_lemma1_bound(parties, server, xs, y[:3], [0.1, 0.1])
+    mlp = nn.Sequential(nn.Linear(8, 5), nn.ReLU(), nn.Linear(5, 3)).double()
+    with pytest.raises(ValueError, match="linear server head"):
+        tt.tight_lemma1_bound(parties, mlp, xs, y, [0.1, 0.1])
+    r = tt.tight_lemma1_bound(parties, mlp, xs, y, [0.1, 0.1], remainder=False)
+    assert not r.rigorous and np.all(r.first_order > 0)
+    with pytest.raises(TypeError, match="server must be"):
+        tt.tight_lemma1_bound(parties, "x", xs, y, [0.1, 0.1])
+
+
+def test_the_proofs_check_passes_and_catches_the_mutations(monkeypatch):
+    import proofs_checks.c4_5_tight_term as check_module
+
+    assert check_module.check().passed
+    with monkeypatch.context() as mp:
+        mp.setattr(tt, "_party_part", _party_part_without_b2)
+        assert not check_module.check().passed
+    with monkeypatch.context() as mp:
+        mp.setattr(tt, "_server_part", _incoherent_server_part)
+        assert not check_module.check().passed
+
+
+@pytest.mark.parametrize("range_", ["minmax-row", "minmax-tensor", (-4.0, 4.0)])
+@pytest.mark.parametrize("kind", ["scalar", "hex"])
+def test_error_variances_match_the_compressor_by_simulation(range_, kind):
+    # Per-row error variance vs the compressor's real reconstructions (400 dither draws, 5 SE).
+    # A per-row formula applied to a whole-tensor range (one shared step) is ~8x too small here.
+    comp = (ScalarQuantizer if kind == "scalar" else HexLatticeQuantizer)(2, range=range_)
+    h = np.clip(np.random.default_rng(0).normal(size=(16, 4)), -3.9, 3.9)
+    s2 = tt.error_variances(comp, h)
+    draws = np.array(
+        [((comp.decompress(comp.compress(h, rng=k)) - h) ** 2).mean(axis=1) for k in range(400)]
+    )
+    mean, se = draws.mean(axis=0), draws.std(axis=0, ddof=1) / np.sqrt(len(draws))
+    assert np.all(np.abs(mean - s2) <= 5 * se + 1e-12), (mean, s2, se)
