@@ -163,7 +163,9 @@ def build_party_models(
     Parameters
     ----------
     spec : str, callable or sequence of nn.Module
-        ``"mlp"`` (default), ``"linear"``, ``"cnn"`` (needs ``party_shapes`` ``(C, H, W)``),
+        ``"mlp"`` (default), ``"linear"`` (:math:`h_m = W_m x_m + b_m`; with the ``"linear"``
+        head it is the analytic model whose C3 constants :mod:`cvfl_sim.analytic_constants`
+        computes in closed form), ``"cnn"`` (needs ``party_shapes`` ``(C, H, W)``),
         ``"gru"`` (needs ``(T, F)``); a callable ``spec(m, D_m, shape) -> nn.Module``; or one
         module per party.
     feature_dims : sequence of int
