@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cvfl_theory._atomic import atomic_write_bytes, atomic_write_text
+from cvfl_theory._export import dataframe, json_safe
+from cvfl_theory.table import Table
 
 __all__ = ["RunResult", "HISTORY_COLUMNS", "atomic_write_text", "atomic_write_bytes"]
 
@@ -41,17 +43,6 @@ _REQUIRED_NUMBERS = ("epoch", "round", "train_loss", "test_accuracy", "test_f1",
 
 TIMING_KEYS = frozenset({"train_seconds", "wall_seconds"})
 """Summary entries that measure wall-clock time (not part of a result's identity)."""
-
-
-def _json_safe(v: Any) -> Any:
-    """Map non-finite floats to strings so the JSON is standard (``"inf"``, ``"nan"``)."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    if isinstance(v, dict):
-        return {k: _json_safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_json_safe(x) for x in v]
-    return v
 
 
 def _json_restore(v: Any) -> Any:
@@ -139,7 +130,7 @@ class RunResult:
     # ---------------------------------------------------------------- I/O
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dictionary of everything."""
-        return _json_safe(
+        return json_safe(  # non-finite floats as strings ("inf", "nan"): standard JSON
             {
                 "config": self.config,
                 "dataset": self.dataset,
@@ -157,6 +148,21 @@ class RunResult:
         for row in self.history:
             w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in HISTORY_COLUMNS})
         return buf.getvalue()
+
+    def to_dataframe(self) -> Any:
+        """The history as a :class:`pandas.DataFrame`, one row per evaluation.
+
+        Columns are :data:`HISTORY_COLUMNS`, in the order :meth:`history_csv` writes them; a
+        missing or ``None`` value is NaN (an empty CSV cell). Needs pandas (``cvfl[dataframe]``).
+
+        Examples
+        --------
+        >>> run = RunResult({}, {"name": "toy"}, [{"epoch": 0, "round": 1, "bits": 64}])
+        >>> list(run.to_dataframe().columns) == list(HISTORY_COLUMNS)
+        True
+        """
+        rows = [[row.get(k) for k in HISTORY_COLUMNS] for row in self.history]
+        return dataframe(HISTORY_COLUMNS, rows)
 
     def save(self, path: str | os.PathLike[str]) -> str:
         """Write ``path`` (JSON, ``.json`` appended if missing) and the history CSV beside it.
@@ -240,3 +246,13 @@ class RunResult:
             f"RunResult(dataset={self.dataset.get('name')!r}, rows={len(self.history)}, "
             f"bits={last.get('bits')}, {self.metric}={last.get('test_' + self.metric)})"
         )
+
+    def _repr_html_(self) -> str:
+        """Key numbers in Jupyter: the data set, the number of evaluations and the last row."""
+        last = self.history[-1] if self.history else {}
+        title = (
+            f"RunResult: {self.dataset.get('name')}, {len(self.history)} evaluations; "
+            "last row of the history"
+        )
+        cells = [("-" if last.get(k) is None else last[k]) for k in HISTORY_COLUMNS]
+        return Table(list(HISTORY_COLUMNS), [cells] if last else [], title=title)._repr_html_()

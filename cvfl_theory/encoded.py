@@ -102,6 +102,18 @@ class Encoded:
         r"""The centres :math:`\mu_i` as a float64 array."""
         return np.array([m.centre for m in self.nodes], dtype=np.float64)
 
+    def __repr__(self) -> str:
+        """One line: scheme, sizes, dtype, entries sent and the K3 non-zero count (no arrays)."""
+        sent = sum(len(m.support) for m in self.nodes)
+        nnz = sum(m.n_nonzero for m in self.nodes)
+        rot = "" if self.rotation_seed is None else f", rotation_seed={self.rotation_seed}"
+        pad = "" if self.original_d == self.d else f", original_d={self.original_d}"
+        return (
+            f"Encoded(scheme={self.scheme!r}, n={self.n}, d={self.d}{pad}, "
+            f"dtype={np.dtype(self.dtype).name}, sent={sent}, nnz={nnz}, "
+            f"centre_sent={self.centre_sent}{rot})"
+        )
+
 
 def dense_coded(encoded: Encoded) -> np.ndarray:
     """All :math:`Y_i` as an ``(n, d)`` array in the (possibly rotated) coding domain."""

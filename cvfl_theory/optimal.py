@@ -538,6 +538,54 @@ class OptimalResult:
     def __str__(self) -> str:
         return self.summary()
 
+    def key_numbers(self) -> dict[str, Any]:
+        r"""The solution's key scalars by name, for reprs and machine-readable output.
+
+        ``shape`` of ``p``, ``method``, ``protocol``, ``r``, ``budget`` (:math:`B`, ``None`` with
+        per-node budgets), ``expected_bits``, ``mse``, ``objective``, ``threshold``
+        (:math:`\lambda`; a list with per-node budgets), ``saturated``, ``low_budget``,
+        ``iterations``, ``converged``, ``certified`` and ``seconds``.
+        """
+        thr = self.threshold
+        thr = [float(t) for t in np.ravel(thr)] if np.ndim(thr) else float(thr)
+        return {
+            "shape": [int(s) for s in np.shape(self._p_np)],
+            "method": self.method,
+            "protocol": self.protocol,
+            "r": self.r,
+            "budget": self.budget,
+            "expected_bits": self.expected_bits,
+            "mse": self.mse,
+            "objective": self.objective,
+            "threshold": thr,
+            "saturated": self.saturated,
+            "low_budget": self.low_budget,
+            "iterations": self.iterations,
+            "converged": self.converged,
+            "certified": self.certified(),
+            "seconds": self.seconds,
+        }
+
+    def __repr__(self) -> str:
+        k = self.key_numbers()
+        thr = k["threshold"]
+        lam = f"per-node ({len(thr)},)" if isinstance(thr, list) else f"{thr:.6g}"
+        budget = "per-node" if self.budget is None else f"{self.budget:.6g}"
+        return (
+            f"OptimalResult(p: {tuple(k['shape'])}, method={self.method!r}, "
+            f"protocol={self.protocol!r}, budget={budget}, expected_bits={self.expected_bits:.6g}, "
+            f"mse={self.mse:.6g}, lambda={lam}, certified={k['certified']})"
+        )
+
+    def _repr_html_(self) -> str:
+        from .table import Table
+
+        rows = [
+            [name, str(v) if isinstance(v, (list, bool)) or v is None else v]
+            for name, v in self.key_numbers().items()
+        ]
+        return Table(["quantity", "value"], rows, title="OptimalResult (K6)")._repr_html_()
+
 
 # ----------------------------------------------------------------------------- p-step solvers
 @dataclass

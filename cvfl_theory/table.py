@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._atomic import atomic_write_text
+from ._export import dataframe
 
 __all__ = ["Table", "format_value", "atomic_write_text"]
 
@@ -25,6 +26,11 @@ def format_value(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     return str(v)
+
+
+_REPR_ROWS = 10
+"""Tables with at most this many rows show them all in ``repr``; longer ones show the first few."""
+_REPR_HEAD = 5
 
 
 class Table:
@@ -44,6 +50,11 @@ class Table:
     >>> t = Table(["a", "b"], [[1, 0.5]], title="demo")
     >>> print(t)
     demo
+    a  b
+    -  ---
+    1  0.5
+    >>> t
+    <Table 'demo': 1 row x 2 columns>
     a  b
     -  ---
     1  0.5
@@ -75,6 +86,17 @@ class Table:
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
         return "\n".join(lines)
 
+    def __repr__(self) -> str:
+        """Title, size and columns, then the first rows as text (all of them if at most 10)."""
+        n = len(self.rows)
+        head = (
+            f"<Table {self.title!r}: {n} row{'s' if n != 1 else ''} x {len(self.columns)} columns>"
+        )
+        shown = self.rows if n <= _REPR_ROWS else self.rows[:_REPR_HEAD]
+        body = str(Table(self.columns, shown))
+        more = f"\n... {n - len(shown)} more rows" if len(shown) < n else ""
+        return f"{head}\n{body}{more}"
+
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
         body = "".join(
@@ -94,6 +116,15 @@ class Table:
         if path is not None:
             atomic_write_text(path, text)
         return text
+
+    def to_dataframe(self) -> Any:
+        """The table as a :class:`pandas.DataFrame`, columns in the order :meth:`to_csv` writes.
+
+        The title is kept in ``DataFrame.attrs["title"]``. Needs pandas (``cvfl[dataframe]``).
+        """
+        df = dataframe(self.columns, self.rows)
+        df.attrs["title"] = self.title
+        return df
 
     def to_markdown(self) -> str:
         """The table as GitHub-flavoured markdown."""

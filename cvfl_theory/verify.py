@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ._export import json_safe
 from ._rng import RNGLike, as_generator
 from ._validate import check_int_in_range, check_matrix, check_real
 from .encoders import Encoder
@@ -102,6 +103,56 @@ class VerifyResult:
         ]
         cols = ["quantity", "closed form", "Monte Carlo", "SE", "|z|", "allowed |z|", "verdict"]
         return Table(cols, rows, title=title)
+
+    def to_dataframe(self) -> Any:
+        """The checks as a :class:`pandas.DataFrame`: the columns and rows of :meth:`table`.
+
+        Columns are in the order ``table().to_csv()`` writes them; ``attrs`` holds the encoder,
+        shape, dtype, trials and overall verdict. Needs pandas (``cvfl[dataframe]``).
+
+        Examples
+        --------
+        >>> from cvfl_theory import IndependentEncoder
+        >>> res = verify(IndependentEncoder(0.5), np.arange(12.0).reshape(3, 4), trials=50, rng=0)
+        >>> list(res.to_dataframe().columns) == res.table().columns
+        True
+        """
+        df = self.table().to_dataframe()
+        df.attrs.update(
+            encoder=self.encoder,
+            shape=self.shape,
+            dtype=self.dtype,
+            trials=self.trials,
+            passed=self.passed,
+        )
+        return df
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able summary: the run's description, verdict and every check's numbers.
+
+        Non-finite numbers (an infinite ``z``) are strings, as in saved results.
+        """
+        return json_safe(
+            {
+                "encoder": self.encoder,
+                "shape": list(self.shape),
+                "dtype": self.dtype,
+                "trials": self.trials,
+                "passed": self.passed,
+                "checks": [
+                    {
+                        "quantity": c.quantity,
+                        "theoretical": c.theoretical,
+                        "empirical": c.empirical,
+                        "se": c.se,
+                        "z": c.z,
+                        "threshold": c.threshold,
+                        "passed": c.passed,
+                    }
+                    for c in self.checks
+                ],
+            }
+        )
 
     def __str__(self) -> str:
         return str(self.table())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,6 +22,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--width", type=int, default=64, help="embedding width P")
     p.add_argument("--trials", type=int, default=200, help="Monte Carlo trials")
     p.add_argument("--seed", type=int, default=0, help="seed")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document on stdout: the embedding's description, one record per "
+        "compressor and the compressors not available; notes go to stderr",
+    )
     p.set_defaults(func=run)
 
 
@@ -58,9 +65,31 @@ def run(args: argparse.Namespace) -> int:
         )
     rng = np.random.default_rng(args.seed)
     x = rng.uniform(-1.0, 1.0, size=(args.batch, args.width))
+    reports = [compare_with_published(comp, x, trials=args.trials, rng=rng) for comp in built]
+    if args.json:
+        import json
+
+        from cvfl_theory._export import json_safe
+
+        for line in unavailable:
+            print(line, file=sys.stderr)
+        doc = {
+            "embedding": {
+                "distribution": "uniform(-1, 1)",
+                "batch": args.batch,
+                "width": args.width,
+                "seed": args.seed,
+            },
+            "bits": args.bits,
+            "trials": args.trials,
+            "reports": [r.to_dict() for r in reports],
+            "unavailable": unavailable,
+        }
+        print(json.dumps(json_safe(doc), indent=1))
+        return 0
     print(f"uniform(-1, 1) embedding, B={args.batch}, P={args.width}, b={args.bits}\n")
-    for comp in built:
-        print(compare_with_published(comp, x, trials=args.trials, rng=rng))
+    for report in reports:
+        print(report)
         print()
     for line in unavailable:
         print(line)

@@ -6,6 +6,7 @@ import argparse
 import io
 import math
 import os
+import sys
 from typing import Any
 
 from ._common import check_output_file
@@ -42,6 +43,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-iter", type=int, default=50, help="alternating-minimisation cap")
     p.add_argument("--max-cvxpy-size", type=int, default=100_000, help="largest n*d given to cvxpy")
     p.add_argument("--out", default=None, help="write p, mu and the summary numbers (.npz)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary numbers as one JSON document on stdout (mu as a list; p is "
+        "saved with --out); notes go to stderr",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -153,25 +160,36 @@ def run(args: argparse.Namespace) -> int:
     )
     bounds = mse_bounds(X, res.budget, mu=np.asarray(res.mu)) if res.budget else None
     n, d = X.shape
-    print(f"cvfl optimize {args.data}: X of shape ({n}, {d}), dtype {X.dtype}")
-    if args.bits is not None:
-        print(f"bit budget {args.bits:.6g} -> entry budget B = {res.budget:.6g} ({args.protocol})")
-    print(res.summary())
-    if bounds is not None:
-        print(
-            f"K6.4 bounds (fixed final centres): {bounds.lower:.6g} <= MSE* <= {bounds.upper:.6g}"
-            f"; K6.3 closed form applies: {bounds.low_budget}"
-        )
+    if args.json:
+        import json
+
+        from cvfl_theory._export import json_safe
+
+        doc: dict[str, Any] = {"data": args.data, "n": n, "d": d, "dtype": str(X.dtype)}
+        doc["bits"] = args.bits
+        doc.update(res.key_numbers())
+        doc["mu"] = np.asarray(res.mu, dtype=np.float64)
+        doc["history"] = list(res.history)
+        doc["solver_status"] = res.solver_status
+        doc["lower_bound"] = res.lower_bound
+        doc["certificate"] = _certificate_numbers(res.certificate)
+        doc["mse_lower"] = None if bounds is None else bounds.lower
+        doc["mse_upper"] = None if bounds is None else bounds.upper
+        doc["k6_3_closed_form_applies"] = None if bounds is None else bounds.low_budget
+        doc["out"] = args.out
+    else:
+        print(f"cvfl optimize {args.data}: X of shape ({n}, {d}), dtype {X.dtype}")
+        if args.bits is not None:
+            print(
+                f"bit budget {args.bits:.6g} -> entry budget B = {res.budget:.6g} ({args.protocol})"
+            )
+        print(res.summary())
+        if bounds is not None:
+            print(
+                f"K6.4 bounds (fixed final centres): {bounds.lower:.6g} <= MSE* <= "
+                f"{bounds.upper:.6g}; K6.3 closed form applies: {bounds.low_budget}"
+            )
     if args.out:
-        cert = res.certificate
-        extra: dict[str, Any] = {}
-        if cert is not None and not isinstance(cert, tuple):
-            extra = {
-                "threshold": cert.threshold,
-                "budget_residual": cert.budget_residual,
-                "stationarity_residual": cert.stationarity_residual,
-                "cap_residual": cert.cap_residual,
-            }
         _save_npz(
             args.out,
             p=np.asarray(res.p),
@@ -185,7 +203,21 @@ def run(args: argparse.Namespace) -> int:
             protocol=res.protocol,
             mse_lower=np.nan if bounds is None else bounds.lower,
             mse_upper=np.nan if bounds is None else bounds.upper,
-            **extra,
+            **(_certificate_numbers(res.certificate) or {}),
         )
-        print(f"saved {args.out}")
+        print(f"saved {args.out}", file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(json_safe(doc), indent=1))
     return 0
+
+
+def _certificate_numbers(cert: Any) -> dict[str, Any] | None:
+    """The KKT certificate's numbers of a global-budget exact solve (``None`` otherwise)."""
+    if cert is None or isinstance(cert, tuple):
+        return None
+    return {
+        "threshold": cert.threshold,
+        "budget_residual": cert.budget_residual,
+        "stationarity_residual": cert.stationarity_residual,
+        "cap_residual": cert.cap_residual,
+    }

@@ -2,13 +2,13 @@ r"""C-VFL compressors with exact error laws (THEORY C2, C5).
 
 One concept per module: :mod:`.base` (interface and wire format), :mod:`.identity`,
 :mod:`.scalar` (C5.1), :mod:`.hexagonal` (C5.2, C5.3), :mod:`.topk` (C5.4) and :mod:`.report`
-(:func:`compare_with_published`).
+(:func:`compare_with_published`, :func:`comparison_table`).
 """
 
 from .base import Compressed, Compressor
 from .hexagonal import HexLatticeQuantizer
 from .identity import Identity
-from .report import ComparisonReport, compare_with_published
+from .report import ComparisonReport, compare_with_published, comparison_table
 from .scalar import ScalarQuantizer
 from .topk import TopK
 
@@ -21,4 +21,5 @@ __all__ = [
     "TopK",
     "compare_with_published",
     "ComparisonReport",
+    "comparison_table",
 ]

@@ -9,11 +9,28 @@ from typing import Any
 
 import numpy as np
 
+from .._export import dataframe, json_safe
 from .._rng import RNGLike, as_generator
 from .._validate import check_int_in_range
+from ..table import Table
 from .base import Compressor, as_matrix
 
-__all__ = ["ComparisonReport", "compare_with_published"]
+__all__ = ["ComparisonReport", "compare_with_published", "comparison_table", "REPORT_COLUMNS"]
+
+REPORT_COLUMNS = (
+    "compressor",
+    "shape",
+    "payload_bits",
+    "exact",
+    "measured",
+    "standard_error",
+    "z_score",
+    "published",
+    "ratio",
+    "published_holds",
+    "trials",
+)
+"""Columns of :meth:`ComparisonReport.to_dataframe` and :func:`comparison_table`, in order."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +87,35 @@ class ComparisonReport:
     def published_holds(self) -> bool:
         """Whether the exact error is within the published bound."""
         return self.exact <= self.published * (1 + 1e-12)
+
+    def record(self) -> list[Any]:
+        """The report's numbers in the order of :data:`REPORT_COLUMNS` (``shape`` as text)."""
+        return [
+            self.compressor,
+            "x".join(str(s) for s in self.shape),
+            self.payload_bits,
+            self.exact,
+            self.measured,
+            self.standard_error,
+            self.z_score,
+            self.published,
+            self.ratio,
+            self.published_holds,
+            self.trials,
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able numbers (``shape`` as a list; non-finite numbers as strings)."""
+        d = dict(zip(REPORT_COLUMNS, self.record()))
+        d["shape"] = list(self.shape)
+        return json_safe(d)
+
+    def to_dataframe(self) -> Any:
+        """One-row :class:`pandas.DataFrame` with :data:`REPORT_COLUMNS` (needs pandas).
+
+        Several reports: ``comparison_table(reports).to_dataframe()``.
+        """
+        return dataframe(REPORT_COLUMNS, [self.record()])
 
     def _rows(self) -> list[tuple[str, str]]:
         verdict = "holds" if self.published_holds else f"VIOLATED (exact is {self.ratio:.3g}x it)"
@@ -154,4 +200,34 @@ def compare_with_published(
         published=compressor.published_bound(a),
         trials=trials,
         payload_bits=compressor.payload_bits(shape),
+    )
+
+
+def comparison_table(reports: Any) -> Table:
+    """Several :class:`ComparisonReport` as one :class:`~cvfl_theory.table.Table`, one row each.
+
+    Columns :data:`REPORT_COLUMNS`; the table prints as text, renders in Jupyter, and
+    ``to_csv()`` and ``to_dataframe()`` give the same columns in the same order.
+
+    Examples
+    --------
+    >>> from cvfl_theory.compressors import ScalarQuantizer, TopK
+    >>> x = np.random.default_rng(0).uniform(-1, 1, size=(4, 8))
+    >>> comps = (ScalarQuantizer(2), TopK(k=2))
+    >>> t = comparison_table([compare_with_published(c, x, trials=20, rng=0) for c in comps])
+    >>> len(t), t.columns[:3]
+    (2, ['compressor', 'shape', 'payload_bits'])
+    """
+    if isinstance(reports, ComparisonReport) or not hasattr(reports, "__iter__"):
+        raise TypeError(
+            f"reports must be a sequence of ComparisonReport, got {type(reports).__name__}"
+        )
+    reports = list(reports)
+    bad = [type(r).__name__ for r in reports if not isinstance(r, ComparisonReport)]
+    if bad:
+        raise TypeError(f"reports must hold only ComparisonReport objects, got {bad}")
+    return Table(
+        list(REPORT_COLUMNS),
+        [r.record() for r in reports],
+        title="compression error: exact vs Monte Carlo vs published (C5)",
     )
