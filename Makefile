@@ -36,8 +36,12 @@ proofs: $(STAMP)
 bench: $(STAMP)
 	@status=0; for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || status=1; echo; done; exit $$status
 
+# A fresh build every time: an incremental one would not repeat the warnings (-W) of unchanged
+# pages, and could keep stale pages. Then no page may load a script or style from the network.
 docs: $(STAMP)
-	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	rm -rf docs/_build/html docs/_build/doctrees
+	$(BIN)/sphinx-build -W --keep-going -q -b html -d docs/_build/doctrees docs docs/_build/html
+	$(BIN)/python docs/check_offline.py docs/_build/html
 
 clean:
 	rm -rf $(VENV) docs/_build docs/auto_examples .pytest_cache .mypy_cache .ruff_cache

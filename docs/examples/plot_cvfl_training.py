@@ -16,6 +16,11 @@ from cvfl_sim import CVFLConfig, load_dataset, train
 from cvfl_theory.compressors import Identity, ScalarQuantizer
 
 data = load_dataset("digits-quadrants")
+
+# %%
+# Train once uncompressed and once with the 2-bit quantizer, and plot test accuracy against the
+# bits sent:
+
 fig, ax = plt.subplots(figsize=(7, 4.5))
 for label, comp in [("b = 32 (uncompressed)", Identity()), ("b = 2, scalar", ScalarQuantizer(2))]:
     run = train(data, CVFLConfig(Q=10, lr=0.1, epochs=6, compressor=comp, seed=0))

@@ -19,6 +19,10 @@ from cvfl_theory import (
 from cvfl_theory.verify import verify
 
 X = np.random.default_rng(0).standard_t(df=3, size=(8, 100))
+
+# %%
+# One verification report per encoder, on the same data:
+
 for encoder in [
     IndependentEncoder(0.2),
     FixedSizeEncoder(20),
