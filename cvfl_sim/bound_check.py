@@ -464,6 +464,8 @@ class BoundCheck(Table):
     def plot(self, ax: Any = None) -> Any:
         """Bar chart of each form's three terms and total, log scale, beside the observed value.
 
+        The method form of :func:`cvfl_sim.plotting.plot_bound`.
+
         Parameters
         ----------
         ax : matplotlib.axes.Axes, optional
@@ -473,24 +475,9 @@ class BoundCheck(Table):
         -------
         matplotlib.axes.Axes
         """
-        import matplotlib.pyplot as plt
+        from .plotting import plot_bound
 
-        if ax is None:
-            _, ax = plt.subplots(figsize=(7, 3.5))
-        names = list(self.forms)
-        parts = ("optimization", "variance", "compression", "total")
-        width = 0.8 / len(parts)
-        x = np.arange(len(names))
-        for k, part in enumerate(parts):
-            vals = [getattr(self.forms[n], part) for n in names]
-            ax.bar(x + (k - 1.5) * width, np.maximum(vals, 1e-300), width, label=part)
-        ax.axhline(self.observed, color="k", ls="--", label="observed")
-        ax.set_yscale("log")
-        ax.set_xticks(x, names)
-        ax.set_ylabel(r"$\|\nabla F\|^2$ bound terms")
-        ax.set_title(f"Theorem {self.theorem} term by term vs the run")
-        ax.legend(fontsize="small")
-        return ax
+        return plot_bound(self, ax=ax)
 
 
 def _errors(run: RunResult, R: int, M: int, split: str) -> np.ndarray:

@@ -95,6 +95,7 @@ def tradeoff_curve(
     Table
         Columns ``method, protocol, bits_target, bits, budget, mse`` (``bits`` is the K3 expected
         total; ``budget`` the expected number of entries sent, or :math:`k` per node for K2).
+        ``to_csv()`` and ``to_dataframe()`` (pandas) give these columns in this order.
 
     Examples
     --------
@@ -177,15 +178,16 @@ def plot_tradeoff(table: Table, ax: Any = None, title: str | None = None) -> Any
     """Log–log plot of a :func:`tradeoff_curve` table: one line per method, markers for K5.
 
     Points with MSE 0 cannot be drawn on a log scale and are left out (the table keeps them).
-    matplotlib is imported here; without ``ax`` a new :class:`matplotlib.figure.Figure` is made
-    without pyplot, so no display or backend is needed.
+    matplotlib is imported here. Like any matplotlib helper: without ``ax`` it draws on a new
+    :func:`matplotlib.pyplot.subplots` figure (pyplot-managed, so a notebook cell shows it), with
+    ``ax`` it draws into the given Axes; either way it returns the Axes.
 
     Parameters
     ----------
     table : Table
         Output of :func:`tradeoff_curve`.
     ax : matplotlib.axes.Axes, optional
-        Where to draw.
+        Where to draw; a new pyplot-managed figure otherwise.
     title : str, optional
         Axes title (default: the table title).
 
@@ -199,13 +201,15 @@ def plot_tradeoff(table: Table, ax: Any = None, title: str | None = None) -> Any
     >>> ax = plot_tradeoff(tradeoff_curve(X, [2000.0, 4000.0], methods=("uniform", "binary")))
     >>> ax.get_xscale(), ax.get_yscale()
     ('log', 'log')
+    >>> import matplotlib.pyplot as plt
+    >>> plt.close(ax.figure)
     """
     if not isinstance(table, Table) or table.columns[:1] != ["method"]:
         raise TypeError(f"table must be the Table of tradeoff_curve, got {type(table).__name__}")
     if ax is None:
-        from matplotlib.figure import Figure
+        import matplotlib.pyplot as plt
 
-        ax = Figure(figsize=(6, 4)).add_subplot()
+        _, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     methods = list(dict.fromkeys(table.column("method")))
     for m in methods:
         pts = [(r[3], r[5]) for r in table.rows if r[0] == m and r[5] > 0 and math.isfinite(r[5])]

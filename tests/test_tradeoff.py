@@ -57,6 +57,9 @@ def test_plot(table):
     ax = plot_tradeoff(t, title="demo")
     assert ax.get_xscale() == "log" and ax.get_title() == "demo"
     assert {line.get_label() for line in ax.get_lines()} >= {"uniform", "optimal", "binary"}
+    import matplotlib.pyplot as plt
+
+    plt.close(ax.figure)  # a pyplot-managed figure (tests/test_plotting.py)
 
 
 def test_bad_methods_and_grid():
