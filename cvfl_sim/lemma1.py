@@ -464,6 +464,24 @@ class Lemma1Report(Table):
         ratio = lemma1_check(self.left, np.where(keep, self.tight, 0.0))[1]
         return np.where(keep, ratio, np.nan)
 
+    def tight_sum_ratios(self) -> np.ndarray | None:
+        r"""``(M + 1,)`` sum of the tight bounds / sum of the left sides, over the probes with both.
+
+        The tight bound (C4.5) bounds the *expectation* of the left side over the dither at a round
+        start, so one probe's realised left side may exceed it without contradicting it (at 4 bits
+        the bound is within ~1.2x of that expectation). Summed over the probes, the realised left
+        sides estimate the sum of their conditional expectations (the differences form a martingale
+        difference sequence), so a ratio of sums well below 1 would contradict the bound; a ratio of
+        sums is the run-level comparison. ``nan`` for a block whose left sides are all 0.
+        """
+        if self.tight is None:
+            return None
+        keep = np.isfinite(self.tight)
+        num = np.where(keep, self.tight, 0.0).sum(axis=0)
+        den = np.where(keep, self.left, 0.0).sum(axis=0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(den > 0, num / den, np.nan)
+
     def check(self, errors: str = "realised", **constants: Any) -> bool:
         """Whether every ratio is ``>= 1`` (``nan`` expected errors are skipped)."""
         right = self.right(errors, **constants)

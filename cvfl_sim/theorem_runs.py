@@ -229,6 +229,9 @@ def theorem_run(plan: RunPlan, seed: int = 0) -> dict[str, Any]:
     tr = rep.tight_ratios()
     tf = tr[np.isfinite(tr)] if tr is not None else np.zeros(0)
     row["tight_min_ratio"] = float(tf.min()) if tf.size else math.nan
+    ts = rep.tight_sum_ratios()
+    ts = ts[np.isfinite(ts)] if ts is not None else np.zeros(0)
+    row["tight_sum_ratio"] = float(ts.min()) if ts.size else math.nan
     row["analytic_ge_probe"] = consistent
     row["seconds"] = time.perf_counter() - tick
     return row
@@ -263,6 +266,7 @@ COLUMNS = [
     "ratio_meas",
     "lemma1_min_ratio",
     "tight_min_ratio",
+    "tight_sum_ratio",
     "analytic_ge_probe",
 ]
 

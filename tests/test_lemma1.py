@@ -292,3 +292,15 @@ def test_bad_input_and_empty_report():
         Lemma1Probe(steps="middle")
     with pytest.raises(ValueError, match="measured nothing"):
         Lemma1Probe().report()
+
+
+def test_tight_sum_ratios_use_only_probes_with_both_sides():
+    from cvfl_sim.lemma1 import Lemma1Report
+
+    rep = object.__new__(Lemma1Report)  # only the two arrays the method reads
+    rep.left = np.array([[1.0, 0.0, 1.0], [3.0, 0.0, 100.0]])
+    rep.tight = np.array([[2.0, 5.0, 2.0], [2.0, 5.0, np.nan]])
+    # block 0: (2 + 2) / (1 + 3); block 1: no left side (nan); block 2: the nan probe is left out
+    np.testing.assert_allclose(rep.tight_sum_ratios(), [1.0, np.nan, 2.0])
+    rep.tight = None
+    assert rep.tight_sum_ratios() is None

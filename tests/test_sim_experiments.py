@@ -181,3 +181,13 @@ def test_train_cli(tmp_path, capsys):
     assert RunResult.load(out).config["compressor"]["bits"] == 2
     assert main(["train", "breast-cancer", "--Q", "0"]) == 2
     assert "Q must be >= 1" in capsys.readouterr().err
+
+
+def test_write_table_csv_quotes_fields_with_commas(tmp_path):
+    import csv
+
+    from cvfl_sim.experiments import write_table
+
+    write_table([{"window": "[0, 2)", "value": 1.5}], str(tmp_path), "t")
+    with open(tmp_path / "t.csv", newline="") as fh:
+        assert list(csv.reader(fh)) == [["window", "value"], ["[0, 2)", "1.5"]]
