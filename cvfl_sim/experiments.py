@@ -26,21 +26,23 @@ table.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import math
 import os
-import sys
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .algorithm import CVFLConfig, train
 from .data import VerticalDataset, load_dataset
+from .plotting import seed_bands
 from .results import RunResult, atomic_write_text
+from .sweep import Executor, run_specs
 from .timing import LATENCIES, T_COMPUTE, time_to_target
 
 __all__ = [
@@ -48,7 +50,9 @@ __all__ = [
     "SETTINGS",
     "EXPERIMENTS",
     "make_compressor",
+    "run_spec",
     "run_sweep",
+    "sweep_specs",
     "aggregate",
     "headline_claim",
     "run_experiment",
@@ -188,38 +192,27 @@ def _dataset(name: str) -> VerticalDataset:
     return _DATA_CACHE[name]
 
 
-class _Progress:
-    """A one-line-per-run progress printer with an ETA (no dependencies)."""
-
-    def __init__(self, total: int, stream: Any = None) -> None:
-        self.total, self.done, self.computed = total, 0, 0
-        self.t0 = time.perf_counter()
-        self.stream = stream or sys.stderr
-
-    def step(self, label: str, cached: bool, seconds: float) -> None:
-        self.done += 1
-        self.computed += 0 if cached else 1
-        elapsed = time.perf_counter() - self.t0
-        rate = elapsed / max(self.computed, 1)
-        eta = rate * (self.total - self.done) if self.computed else 0.0
-        width = 20
-        fill = int(width * self.done / max(self.total, 1))
-        bar = "#" * fill + "." * (width - fill)
-        status = "cached" if cached else f"{seconds:5.1f}s"
-        print(
-            f"[{bar}] {self.done:>3}/{self.total} {label:<48} {status}  ETA {eta:5.0f}s",
-            file=self.stream,
-            flush=True,
-        )
+def run_spec(spec: RunSpec) -> RunResult:
+    """Train one run of a sweep (what a worker of :func:`run_sweep` computes)."""
+    return train(_dataset(spec.dataset), spec.config())
 
 
 def run_sweep(
     specs: Sequence[RunSpec],
     out: str | os.PathLike[str],
     force: bool = False,
-    progress: bool = True,
+    progress: bool | None = None,
+    *,
+    executor: Executor | None = None,
+    known: dict[RunSpec, RunResult] | None = None,
+    bar: Any = None,
 ) -> dict[RunSpec, RunResult]:
     """Run (or load) every spec; one atomically written file per finished run.
+
+    The engine is :func:`cvfl_sim.sweep.run_specs`: missing runs are computed on ``executor``
+    (in this process by default; ``Executor(jobs=4)`` on 4 local processes; a Dask cluster),
+    each with one torch intra-op thread unless ``Executor(threads=...)`` says otherwise, and the
+    result is in the order of ``specs`` whatever order the runs finished in.
 
     Parameters
     ----------
@@ -227,27 +220,28 @@ def run_sweep(
     out : path-like
         Results root; runs go to ``<out>/runs/<key>.json``.
     force : bool
-        Recompute even if a run file exists.
-    progress : bool
-        Print a progress line per run to stderr.
+        Recompute even if a run file exists. A run file that cannot be read is recomputed (and
+        rewritten) with a ``RuntimeWarning``.
+    progress : bool or None
+        A tqdm bar on stderr: ``None`` when stderr is a terminal, ``True`` always, ``False`` never.
+    executor : Executor, optional
+        Where missing runs are computed.
+    known : dict, optional
+        Runs already at hand (computed earlier by the same command): reused as they are.
+    bar : tqdm, optional
+        A bar shared by several sweeps (``cvfl reproduce all``), used instead of ``progress``.
     """
     folder = os.path.join(os.fspath(out), "runs")
-    os.makedirs(folder, exist_ok=True)
-    bar = _Progress(len(specs)) if progress else None
-    results: dict[RunSpec, RunResult] = {}
-    for spec in specs:
-        path = os.path.join(folder, spec.key() + ".json")
-        tick = time.perf_counter()
-        cached = os.path.exists(path) and not force
-        if cached:
-            res = RunResult.load(path)
-        else:
-            res = train(_dataset(spec.dataset), spec.config())
-            res.save(path)
-        results[spec] = res
-        if bar is not None:
-            bar.step(spec.key().rsplit("_", 1)[0], cached, time.perf_counter() - tick)
-    return results
+    return run_specs(
+        specs,
+        folder,
+        run_spec,
+        executor=executor,
+        force=force,
+        known=known,
+        progress=progress,
+        bar=bar,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,50 +314,35 @@ def write_table(
     if not rows:
         return
     cols = list(columns or rows[0].keys())
-    lines = [",".join(cols)] + [",".join(str(r.get(c, "")) for c in cols) for r in rows]
-    atomic_write_text(os.path.join(folder, stem + ".csv"), "\n".join(lines) + "\n")
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")  # quotes fields holding commas, e.g. "[0, 2)"
+    writer.writerow(cols)
+    writer.writerows([[r.get(c, "") for c in cols] for r in rows])
+    atomic_write_text(os.path.join(folder, stem + ".csv"), buf.getvalue())
     md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(_fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
     atomic_write_text(os.path.join(folder, stem + ".md"), "\n".join(md) + "\n")
 
 
-def _bands(results: list[RunResult], xkey: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Row-wise mean ± std of the metric over seeds (runs share their evaluation rounds)."""
-    n = min(len(r.history) for r in results)
-    x = np.mean([[row[xkey] for row in r.history[:n]] for r in results], axis=0)
-    y = np.array([r.metric_values()[:n] for r in results])
-    return x, y.mean(0), y.std(0)
-
-
 def _plot(
     groups: dict[str, list[RunResult]], path: str, title: str, xkeys: Sequence[str] = ("bits",)
 ) -> None:
-    import matplotlib
+    """Save one :func:`~cvfl_sim.plotting.plot_runs` panel per x axis to ``path`` (atomic).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    The figure is made without pyplot, so no backend is switched and a notebook is unaffected.
+    """
+    from matplotlib.figure import Figure
 
-    fig, axes = plt.subplots(1, len(xkeys), figsize=(5.5 * len(xkeys), 4), squeeze=False)
-    for ax, xkey in zip(axes[0], xkeys):
-        for label, runs in groups.items():
-            x, m, s = _bands(runs, xkey)
-            if xkey == "bits":  # log axis: leave out the evaluation before any message
-                keep = x > 0
-                x, m, s = x[keep], m[keep], s[keep]
-            (line,) = ax.plot(x, m, label=label)
-            ax.fill_between(x, m - s, m + s, color=line.get_color(), alpha=0.2)
-        if xkey == "bits":
-            ax.set_xscale("log")
-        ax.set_xlabel({"bits": "bits communicated (C6 ledger)", "epoch": "epoch"}[xkey])
-        any_runs = next(iter(groups.values()))
-        ax.set_ylabel("test " + any_runs[0].metric)
-        ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7)
+    from .plotting import plot_runs
+
+    wide = len(groups) > 6
+    fig = Figure(figsize=(5.5 * len(xkeys) + (2.0 if wide else 0.0), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(xkeys), squeeze=False)[0]
+    for k, (ax, xkey) in enumerate(zip(axes, xkeys)):
+        plot_runs(groups, x=xkey, ax=ax, legend=k == len(xkeys) - 1)
     fig.suptitle(title)
-    fig.tight_layout()
     tmp = path + ".tmp.png"
     fig.savefig(tmp, dpi=110)
-    plt.close(fig)
     os.replace(tmp, path)
 
 
@@ -499,7 +478,11 @@ class Options:
     seeds: int | None = None
     force: bool = False
     target_fraction: float = 0.95
-    progress: bool = True
+    progress: bool | None = True
+    executor: Executor = field(default_factory=Executor)
+    """Where the sweeps' runs are computed (:class:`cvfl_sim.sweep.Executor`)."""
+    known: dict[RunSpec, RunResult] = field(default_factory=dict)
+    """Runs already at hand (computed earlier by the same command): reused as they are."""
 
     def n_seeds(self) -> int:
         """Seeds per cell: 5 (the paper), 2 with ``quick``, or as given."""
@@ -543,8 +526,20 @@ TABLE_COLUMNS = [
 ]
 
 
+def _sweep(opt: Options, specs: Sequence[RunSpec]) -> dict[RunSpec, RunResult]:
+    """:func:`run_sweep` with the options' executor, progress and runs at hand."""
+    return run_sweep(
+        specs, opt.out, opt.force, opt.progress, executor=opt.executor, known=opt.known
+    )
+
+
 def _compressor_sweep(opt: Options, ds: str, ef: bool = False) -> dict[RunSpec, RunResult]:
-    """Run (or load) the uncompressed baseline and every compressor at every bit width on ``ds``.
+    """Run (or load) :func:`_compressor_specs`."""
+    return _sweep(opt, _compressor_specs(opt, ds, ef))
+
+
+def _compressor_specs(opt: Options, ds: str, ef: bool = False) -> list[RunSpec]:
+    """The uncompressed baseline and every compressor at every bit width on ``ds``.
 
     With ``ef``, also every compressor at ``b = 2`` with error feedback.
     """
@@ -563,7 +558,11 @@ def _compressor_sweep(opt: Options, ds: str, ef: bool = False) -> dict[RunSpec, 
             for k in COMPRESSORS
             for s in seeds
         ]
-    return run_sweep(specs, opt.out, opt.force, opt.progress)
+    return specs
+
+
+COMPRESSOR_DATASETS = ("digits-quadrants", "breast-cancer", "digits-views-4")
+"""Data sets of the ``compressors`` experiment (error feedback also runs on the first)."""
 
 
 def exp_compressors(opt: Options) -> dict[str, Any]:
@@ -572,11 +571,10 @@ def exp_compressors(opt: Options) -> dict[str, Any]:
     The claim is checked on ``digits-quadrants``, where the ``b = 2`` compressors also run with
     error feedback.
     """
-    datasets = ["digits-quadrants", "breast-cancer", "digits-views-4"]
     folder = _folder(opt, "compressors")
     all_rows: list[dict[str, Any]] = []
     headline: dict[str, Any] = {}
-    for ds in datasets:
+    for ds in COMPRESSOR_DATASETS:
         res = _compressor_sweep(opt, ds, ef=ds == "digits-quadrants")
         target = _target(res, lambda s: s.bits == 32, opt.target_fraction)
         rows = aggregate(res, target)
@@ -613,25 +611,32 @@ def _table_and_curves(
     groups: dict[str, list[RunResult]],
     png: str,
     title: str,
+    xkeys: Sequence[str] = ("epoch", "bits"),
 ) -> dict[str, Any]:
-    """Write ``table.csv``/``.md`` and the metric-vs-epochs-and-bits plot ``png``; the result."""
+    """Write ``table.csv``/``.md`` and the metric-vs-``xkeys`` plot ``png``; the result."""
     write_table(rows, folder, "table", columns)
-    _plot(groups, os.path.join(folder, png), title, xkeys=("epoch", "bits"))
+    _plot(groups, os.path.join(folder, png), title, xkeys=xkeys)
     return {"rows": rows, "folder": folder}
+
+
+LOCAL_STEPS = (1, 10, 25)
+"""``Q`` of the ``local-steps`` experiment (on breast-cancer, lattice ``b = 3``)."""
+
+
+def _local_steps_specs(opt: Options) -> list[RunSpec]:
+    ds = "breast-cancer"
+    return [
+        RunSpec(ds, "lattice", 3, Q, s, opt.epochs(ds), eval_every=1)
+        for Q in LOCAL_STEPS
+        for s in range(opt.n_seeds())
+    ]
 
 
 def exp_local_steps(opt: Options) -> dict[str, Any]:
     """Table 5: time to target for Q = 1, 10, 25 under the C7 time model (lattice, b = 3)."""
-    ds = "breast-cancer"
     folder = _folder(opt, "local-steps")
-    Qs = (1, 10, 25)
-    epochs = opt.epochs(ds)
-    specs = [
-        RunSpec(ds, "lattice", 3, Q, s, epochs, eval_every=1)
-        for Q in Qs
-        for s in range(opt.n_seeds())
-    ]
-    res = run_sweep(specs, opt.out, opt.force, opt.progress)
+    Qs = LOCAL_STEPS
+    res = _sweep(opt, _local_steps_specs(opt))
     best = max(Qs, key=lambda Q: np.mean([r.max_metric() for s, r in res.items() if s.Q == Q]))
     target = _target(res, lambda s: s.Q == best, opt.target_fraction)
     rows = []
@@ -653,8 +658,26 @@ def exp_local_steps(opt: Options) -> dict[str, Any]:
         rows.append(row)
     groups = {f"Q={Q}": [r for s, r in res.items() if s.Q == Q] for Q in Qs}
     return _table_and_curves(
-        rows, folder, None, groups, "f1_vs_round.png", "breast-cancer, lattice b=3"
+        rows,
+        folder,
+        None,
+        groups,
+        "f1_vs_round.png",
+        "breast-cancer, lattice b=3",
+        ("round", "bits"),
     )
+
+
+PARTIES_DATASETS = ("digits-views-4", "digits-views-12")
+"""Data sets of the ``parties`` experiment (4 and 12 parties)."""
+
+
+def _parties_specs(opt: Options, ds: str) -> list[RunSpec]:
+    return [
+        RunSpec(ds, "lattice", b, SETTINGS[ds]["Q"], s, opt.epochs(ds))
+        for b in (*BITS, 32)
+        for s in range(opt.n_seeds())
+    ]
 
 
 def exp_parties(opt: Options) -> dict[str, Any]:
@@ -662,14 +685,8 @@ def exp_parties(opt: Options) -> dict[str, Any]:
     folder = _folder(opt, "parties")
     rows = []
     groups: dict[str, list[RunResult]] = {}
-    for ds in ("digits-views-4", "digits-views-12"):
-        st = SETTINGS[ds]
-        specs = [
-            RunSpec(ds, "lattice", b, st["Q"], s, opt.epochs(ds))
-            for b in (*BITS, 32)
-            for s in range(opt.n_seeds())
-        ]
-        res = run_sweep(specs, opt.out, opt.force, opt.progress)
+    for ds in PARTIES_DATASETS:
+        res = _sweep(opt, _parties_specs(opt, ds))
         target = _target(res, lambda s: s.bits == 32, opt.target_fraction)
         rows += aggregate(res, target)
         for s, r in res.items():
@@ -697,7 +714,7 @@ def exp_curves(opt: Options) -> dict[str, Any]:
                 groups.setdefault("b=32" if s.bits == 32 else f"{kind} b={s.bits}", []).append(r)
         _plot(groups, os.path.join(folder, f"{kind}.png"), f"{ds}: {kind}", xkeys=("epoch", "bits"))
         for label, runs in groups.items():
-            x, m, sd = _bands(runs, "epoch")
+            x, m, sd = seed_bands(runs, "epoch")
             bits = np.mean([[row["bits"] for row in r.history[: len(x)]] for r in runs], axis=0)
             for e, b, mm, ss in zip(x, bits, m, sd):
                 curve_rows.append(
@@ -714,16 +731,66 @@ def exp_curves(opt: Options) -> dict[str, Any]:
     return {"rows": curve_rows, "folder": folder}
 
 
+def exp_bounds(opt: Options) -> dict[str, Any]:
+    """Theorems 4.2/4.4 term by term on 20 runs (one seed), three forms of term 3.
+
+    See :mod:`cvfl_sim.theorem_runs`; ``seeds`` and ``target_fraction`` do not apply.
+    """
+    from .theorem_runs import run_theorem_experiment
+
+    return run_theorem_experiment(opt.out, quick=opt.quick, force=opt.force, progress=opt.progress)
+
+
+def exp_schedules(opt: Options) -> dict[str, Any]:
+    """The C4.3 rate and the C4.4 conditions checked empirically (:mod:`cvfl_sim.schedule_check`)."""
+    from .schedule_check import run_schedule_experiment
+
+    return run_schedule_experiment(opt.out, quick=opt.quick, progress=opt.progress, seeds=opt.seeds)
+
+
+SWEEPS: dict[str, Callable[[Options], list[RunSpec]]] = {
+    "compressors": lambda opt: [
+        s
+        for ds in COMPRESSOR_DATASETS
+        for s in _compressor_specs(opt, ds, ef=ds == "digits-quadrants")
+    ],
+    "local-steps": _local_steps_specs,
+    "parties": lambda opt: [s for ds in PARTIES_DATASETS for s in _parties_specs(opt, ds)],
+    "curves": lambda opt: _compressor_specs(opt, "digits-quadrants"),
+}
+"""The training runs of each experiment made of :class:`RunSpec` sweeps."""
+
+
+def sweep_specs(name: str, opt: Options) -> list[RunSpec]:
+    """Every :class:`RunSpec` that experiment ``name`` trains with ``opt``.
+
+    ``[]`` for ``bounds`` and ``schedules``, which run their own studies. A command lists the runs
+    of all its experiments up front and computes them as one sweep (one progress bar, every
+    worker busy); the experiments then find them in :attr:`Options.known`.
+    """
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
+    return SWEEPS[name](opt) if name in SWEEPS else []
+
+
 EXPERIMENTS: dict[str, Callable[[Options], dict[str, Any]]] = {
     "compressors": exp_compressors,
     "local-steps": exp_local_steps,
     "parties": exp_parties,
     "curves": exp_curves,
+    "bounds": exp_bounds,
+    "schedules": exp_schedules,
 }
 
 
 def run_experiment(name: str, **options: Any) -> dict[str, Any]:
-    """Run one experiment by name with :class:`Options` keyword arguments."""
+    """Run one experiment by name with :class:`Options` keyword arguments.
+
+    Its training runs (:func:`sweep_specs`) are computed first as one sweep, so every worker of
+    ``executor`` stays busy across its data sets and one progress bar covers them.
+    """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
-    return EXPERIMENTS[name](Options(**options))
+    opt = Options(**options)
+    opt.known.update(_sweep(opt, sweep_specs(name, opt)))
+    return EXPERIMENTS[name](opt)

@@ -176,6 +176,7 @@ def test_interrupted_reproduce_says_how_to_resume(tmp_path, capsys, monkeypatch)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(ex, "run_experiment", interrupted)
+    monkeypatch.setattr(ex, "run_sweep", interrupted)  # the command's runs are computed first
     assert main(["reproduce", "curves", "--out", str(tmp_path)]) == 130
     err = capsys.readouterr().err
     last = err.splitlines()[-1]  # after the "== cvfl reproduce curves" banner

@@ -18,7 +18,7 @@ _KINDS = ("none", "scalar", "lattice", "topk")
 def add_run_arguments(
     p: argparse.ArgumentParser, *, Q: int, lr: float, embedding_size: int, compressor: str
 ) -> None:
-    """Add ``--Q --epochs --lr --batch-size --embedding-size --compressor --bits --seed``.
+    """Add ``--Q --epochs --lr --batch-size --embedding-size --compressor --bits --seed --progress``.
 
     ``compressor`` is the subcommand's default compressor; with a default other than ``none``
     and no ``--bits`` the run is uncompressed (``b = 32``), as help says.
@@ -41,6 +41,11 @@ def add_run_arguments(
         help="bits per component, needs a compressor; 32 = uncompressed (default: 32)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the run")
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="print one line per evaluation to stderr while training (CVFLConfig.progress)",
+    )
     p.set_defaults(default_compressor=compressor)
 
 
@@ -76,5 +81,6 @@ def config_from_args(args: argparse.Namespace, **extra: Any) -> Any:
         embedding_size=args.embedding_size,
         compressor=compressor_from_args(args),
         seed=args.seed,
+        progress=args.progress,
         **extra,
     )

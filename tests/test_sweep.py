@@ -1,0 +1,233 @@
+"""Sweeps on every core and on a cluster (cvfl_sim.sweep): same results and tables as a serial
+run, in spec order whatever the completion order; a SIGKILLed sweep resumes; one progress bar."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import cloudpickle
+import pytest
+import torch
+
+import cvfl_sim.experiments as ex
+from cvfl_sim.cli import build_parser, main
+from cvfl_sim.commands import reproduce
+from cvfl_sim.commands._run_args import config_from_args
+from cvfl_sim.results import RunResult
+from cvfl_sim.sweep import BACKENDS, Executor, progress_bar, run_specs
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_idle_workers():
+    """Shut the loky workers down after this module (they would idle for minutes otherwise)."""
+    yield
+    from joblib.externals.loky import get_reusable_executor
+
+    get_reusable_executor().shutdown(wait=True)
+
+
+@pytest.fixture
+def one_epoch(monkeypatch):
+    """Quick runs of one epoch on breast-cancer.
+
+    Only the epochs change, and they travel inside each RunSpec, so worker processes (which do
+    not see this monkeypatch) train exactly what the serial run trains.
+    """
+    st = {**ex.SETTINGS["breast-cancer"], "quick_epochs": 1}
+    monkeypatch.setitem(ex.SETTINGS, "breast-cancer", st)
+
+
+def _reproduce(out, *extra):
+    args = ["reproduce", "local-steps", "--quick", "--out", str(out), "--no-progress", *extra]
+    assert main(args) == 0
+
+
+def _runs(folder):
+    return {
+        f: RunResult.load(folder / "runs" / f)
+        for f in sorted(os.listdir(folder / "runs"))
+        if f.endswith(".json")
+    }
+
+
+def _same_outputs(a, b):
+    """Equal run files (RunResult equality ignores wall-clock timings) and identical tables."""
+    ra, rb = _runs(a), _runs(b)
+    assert len(ra) == 6 and ra.keys() == rb.keys()
+    for name in ra:
+        assert ra[name] == rb[name], name
+    for table in ("table.csv", "table.md"):
+        assert (a / "local-steps" / table).read_bytes() == (b / "local-steps" / table).read_bytes()
+
+
+# ------------------------------------------------------------------------------ joblib
+def test_parallel_sweep_gives_the_serial_results_and_tables(tmp_path, one_epoch):
+    _reproduce(tmp_path / "serial", "--seeds", "2")
+    _reproduce(tmp_path / "jobs2", "--seeds", "2", "--jobs", "2")
+    _same_outputs(tmp_path / "serial", tmp_path / "jobs2")
+
+
+@dataclass(frozen=True)
+class _Sleepy:
+    """A spec whose run takes ``delay`` seconds."""
+
+    name: str
+    delay: float
+
+    def key(self):
+        return self.name
+
+
+def _sleep_then_result(spec):
+    time.sleep(spec.delay)
+    row = {"epoch": 0, "round": 0, "train_loss": 1.0, "test_accuracy": 0.5, "test_f1": 0.5}
+    return RunResult({"name": spec.name}, {"name": "toy"}, [{**row, "bits": 0}])
+
+
+def test_results_follow_the_specs_not_the_completion_order(tmp_path):
+    slow, fast = _Sleepy("slow", 2.0), _Sleepy("fast", 0.0)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+    try:
+        res = run_specs(
+            [slow, fast], tmp_path, _sleep_then_result, executor=Executor(jobs=2), progress=False
+        )
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    # the fast run finished (and was written) first, yet the result keeps the specs' order
+    assert (tmp_path / "fast.json").stat().st_mtime_ns < (tmp_path / "slow.json").stat().st_mtime_ns
+    assert list(res) == [slow, fast]
+    assert [r.config["name"] for r in res.values()] == ["slow", "fast"]
+
+
+_KILLED_SWEEP = """
+import json, sys
+import cvfl_sim.experiments as ex
+from cvfl_sim.sweep import Executor
+specs = [ex.RunSpec(**d) for d in json.loads(sys.argv[2])]
+ex.run_sweep(specs, sys.argv[1], progress=False, executor=Executor(jobs=2))
+"""
+
+
+def test_sweep_killed_mid_way_resumes_without_a_corrupted_file(tmp_path, monkeypatch):
+    specs = [ex.RunSpec("breast-cancer", "scalar", 2, 2, s, 12) for s in range(8)]
+    cmd = [sys.executable, "-c", _KILLED_SWEEP, str(tmp_path)]
+    cmd.append(json.dumps([asdict(s) for s in specs]))
+    runs = tmp_path / "runs"
+
+    def finished():
+        return sorted(f for f in os.listdir(runs) if f.endswith(".json")) if runs.exists() else []
+
+    # its own process group: SIGKILL takes the sweep and its workers down at once
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not finished() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.01)
+        assert finished(), proc.stderr.read() if proc.poll() is not None else "no run finished"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        proc.stderr.close()
+    kept = finished()
+    assert 0 < len(kept) < len(specs), kept  # killed mid-sweep
+    for name in kept:
+        RunResult.load(runs / name)  # every file left behind is complete
+    calls = []
+    real = ex.train
+    monkeypatch.setattr(ex, "train", lambda ds, cfg: calls.append(cfg.seed) or real(ds, cfg))
+    res = ex.run_sweep(specs, tmp_path, progress=False)  # a damaged file would warn (an error)
+    done = {s.seed for s in specs if s.key() + ".json" in kept}
+    assert sorted(calls) == sorted(set(range(8)) - done)  # only the missing runs
+    assert list(res) == specs and len(finished()) == len(specs)
+    for s in specs:
+        assert RunResult.load(runs / (s.key() + ".json")) == res[s]
+
+
+# ------------------------------------------------------------------------------ Dask
+def test_dask_backend_on_a_loopback_cluster_gives_the_serial_results(tmp_path, one_epoch):
+    from distributed import LocalCluster
+
+    # workers as threads of this process, reached over TCP on loopback (tasks and results are
+    # serialised as on a real cluster; worker processes would take ~15 s to start here)
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=False,
+        protocol="tcp",
+        host="127.0.0.1",
+        dashboard_address=None,
+    ) as cluster:
+        address = cluster.scheduler_address
+        assert address.startswith("tcp://127.0.0.1:")
+        _reproduce(tmp_path / "dask", "--seeds", "2", "--backend", "dask", "--scheduler", address)
+    _reproduce(tmp_path / "serial", "--seeds", "2")
+    _same_outputs(tmp_path / "serial", tmp_path / "dask")
+
+
+def test_dask_backend_without_dask_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    args = ["reproduce", "local-steps", "--out", str(tmp_path), "--backend", "dask"]
+    assert main([*args, "--scheduler", "tcp://127.0.0.1:8786"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("cvfl: error: --backend dask needs dask")
+    assert "pip install 'cvfl[cluster]'" in err
+    assert not (tmp_path / "runs").exists()  # refused before any work
+
+
+# ------------------------------------------------------------------------------ options
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"jobs": 0}, "jobs must be >= 1, got 0"),
+        ({"threads": 0}, "threads must be >= 1, got 0"),
+        ({"backend": "mpi"}, "backend must be one of"),
+        ({"backend": "dask"}, "needs a scheduler address"),
+        ({"scheduler": "tcp://h:1"}, "needs backend 'dask'"),
+    ],
+)
+def test_executor_refuses_bad_options(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Executor(**kwargs)
+
+
+def test_cli_refuses_bad_jobs_and_threads(tmp_path, capsys):
+    assert main(["reproduce", "local-steps", "--out", str(tmp_path), "--jobs", "0"]) == 2
+    assert "--jobs must be >= 1, got 0" in capsys.readouterr().err
+    assert main(["train", "breast-cancer", "--threads", "0"]) == 2
+    assert "--threads must be >= 1, got 0" in capsys.readouterr().err
+    assert reproduce.BACKEND_NAMES == BACKENDS
+
+
+# ------------------------------------------------------------------------------ progress
+def test_one_bar_for_the_whole_command_counts_only_runs_to_compute(tmp_path, one_epoch, capsys):
+    specs = [ex.RunSpec("breast-cancer", "scalar", 2, 2, s, 1) for s in range(3)]
+    ex.run_sweep(specs[:1], tmp_path, progress=False)  # finished before: not counted
+    bar = progress_bar(progress=True, desc="two sweeps")
+    ex.run_sweep(specs[:2], tmp_path, bar=bar)
+    ex.run_sweep(specs, tmp_path, bar=bar)  # grows the same bar
+    bar.close()
+    assert (bar.n, bar.total) == (2, 2)
+    capsys.readouterr()
+    args = ["reproduce", "local-steps", "--quick", "--seeds", "1", "--out", str(tmp_path)]
+    assert main([*args, "--progress"]) == 0  # forced on although stderr is not a terminal
+    err = capsys.readouterr().err
+    bars = [part for part in err.replace("\r", "\n").splitlines() if "|" in part]
+    assert bars and bars[-1].startswith("cvfl reproduce local-steps: 100%|"), err
+    assert all(b.startswith("cvfl reproduce local-steps:") and "/3 [" in b for b in bars), err
+    assert main(args) == 0  # not a terminal, not forced: no bar
+    assert "|" not in capsys.readouterr().err
+
+
+def test_train_threads_and_progress(capsys):
+    before = torch.get_num_threads()
+    assert main(["train", "breast-cancer", "--epochs", "1", "--progress", "--threads", "1"]) == 0
+    assert torch.get_num_threads() == before  # restored
+    assert "round " in capsys.readouterr().err  # one line per evaluation, on stderr
+    args = build_parser().parse_args(["bound", "--progress"])
+    assert config_from_args(args).progress is True
+    args = build_parser().parse_args(["bound"])
+    assert config_from_args(args).progress is False
