@@ -29,7 +29,21 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     add_run_arguments(p, Q=10, lr=0.05, embedding_size=16, compressor="none")
     p.add_argument("--error-feedback", action="store_true", help="EF-VFL error feedback (C9)")
     p.add_argument(
+        "--backend",
+        choices=("inprocess", "roles", "distributed"),
+        default="inprocess",
+        help="execution of Algorithm 1 (same results): inprocess = vectorised (default), roles = "
+        "parties and server exchanging wire bytes in this process, distributed = one process "
+        "per role over torch.distributed (gloo) on this machine",
+    )
+    p.add_argument(
         "--eval-every", type=int, default=None, help="rounds between evaluations (default: epoch)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (one is the fastest for these small models)",
     )
     p.add_argument("--out", default=None, help="save the RunResult to this path (.json)")
     p.add_argument(
@@ -67,10 +81,13 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(args.checkpoint, "--checkpoint")
     from ..algorithm import train
     from ..data import load_dataset
+    from ..threads import check_threads, torch_threads
 
+    check_threads(args.threads, "--threads")
     cfg = config_from_args(args, error_feedback=args.error_feedback, eval_every=args.eval_every)
     ds = load_dataset(args.dataset)
-    res = train(ds, cfg, checkpoint=args.checkpoint)
+    with torch_threads(args.threads):
+        res = train(ds, cfg, checkpoint=args.checkpoint, backend=args.backend)
     col = "test_f1" if ds.metric == "f1" else "test_accuracy"
     print(
         f"{ds!r}\n{'epoch':>7} {'round':>6} {'train_loss':>10} {col:>13} {'bits':>11} "

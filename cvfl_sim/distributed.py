@@ -1,0 +1,520 @@
+r"""Algorithm 1 (THEORY C1) as separate processes: one per party plus the server, over gloo.
+
+Each process plays one role of :mod:`cvfl_sim.roles` and sends the compressors' real wire bytes as
+``uint8`` tensors with ``torch.distributed`` point-to-point messages (gloo backend), each preceded
+by its length (one ``int64``, :data:`~cvfl_sim.transport.FRAME_BYTES` bytes). Rank 0 is the
+server, rank ``m`` party ``m``. Every process counts the bytes it sends; the algorithm's bytes
+are the C6 ledger's payload plus framing, exactly (tested).
+
+On one machine
+    ``train(ds, cfg, backend="distributed")`` (or ``cvfl train DATASET --backend distributed``)
+    calls :func:`train_distributed`: it starts the ``M + 1`` processes with
+    :mod:`torch.multiprocessing` (``forkserver``: torch is imported once, then each process is a
+    fork of a clean server), each given the torchrun variables below with
+    ``MASTER_ADDR=127.0.0.1`` and a free port (so the tests exercise the multi-machine path on
+    loopback), and supervises them.
+
+Across machines
+    Start one process per role with torchrun-style environment variables — ``MASTER_ADDR``,
+    ``MASTER_PORT``, ``RANK`` (0 on the server's machine, ``m`` on party ``m``'s) and
+    ``WORLD_SIZE = M + 1`` — and call :func:`run_from_env` in each, e.g. a script
+    ``run.py``::
+
+        from cvfl_sim import CVFLConfig, load_dataset
+        from cvfl_sim.distributed import run_from_env
+
+        res = run_from_env(load_dataset("breast-cancer"), CVFLConfig(Q=2, epochs=5))
+        if res is not None:  # rank 0, the server
+            res.save("run.json")
+
+    run as ``torchrun --nnodes 5 --nproc-per-node 1 --node-rank K --master-addr HOST
+    --master-port 29500 run.py`` on each of the five machines (``GLOO_SOCKET_IFNAME`` names the
+    network interface if the default one is wrong). Each process needs only its own feature
+    block and the labels; the set-up builds every model from the seed, so all agree. A
+    checkpoint path must be on a file system every process can read (the server writes it).
+    Only loopback is tested.
+
+Faults
+    Every ``torch.distributed`` operation has the ``timeout`` of
+    :func:`torch.distributed.init_process_group`; a receiver whose peer crashed or hung raises
+    :class:`~cvfl_sim.transport.PeerError` naming the peer and the round. The launcher is a
+    watchdog: it kills every process once one fails (or when no round starts for ``timeout``
+    plus a grace period) and raises :class:`DistributedRunError` naming the party that crashed or
+    hung and the round. With a checkpoint, the epochs already finished are saved and rerunning
+    the same call resumes from them.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from .algorithm import CVFLConfig, _setup, train
+from .data import VerticalDataset
+from .results import RunResult
+from .roles import run_roles, train_roles
+from .timing import T_COMPUTE
+from .transport import PeerError, Transport, rank_name
+
+__all__ = [
+    "DistributedRunError",
+    "GlooTransport",
+    "train_distributed",
+    "run_from_env",
+    "dispatch",
+    "BACKENDS",
+    "latency_table",
+    "format_latency_table",
+]
+
+BACKENDS = ("inprocess", "roles", "distributed")
+"""The execution strategies of :func:`cvfl_sim.algorithm.train`."""
+
+_GRACE = 5.0  # seconds the watchdog adds to the timeout before it declares a stall
+
+
+class DistributedRunError(RuntimeError):
+    """A distributed run ended because a role crashed, hung or failed; names the role and round."""
+
+
+class GlooTransport(Transport):
+    """The messages of one rank over ``torch.distributed`` with the gloo backend.
+
+    Parameters
+    ----------
+    rank, world_size : int
+        This process's rank (0 the server, ``m`` party ``m``) and ``M + 1``.
+    init_method : str
+        ``"env://"`` (torchrun variables) or ``"tcp://ADDR:PORT"``.
+    timeout : float
+        Seconds any send or receive may wait (``init_process_group(timeout=...)``).
+    delay : float
+        The per-hop message delay of :class:`~cvfl_sim.transport.Transport`.
+    """
+
+    def __init__(
+        self, rank: int, world_size: int, init_method: str, timeout: float, delay: float = 0.0
+    ) -> None:
+        super().__init__(world_size, delay)
+        self.rank = rank
+        dist.init_process_group(
+            "gloo",
+            init_method=init_method,
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout),
+        )
+
+    def _send(self, src: int, dst: int, data: bytes) -> None:
+        if src != self.rank:
+            raise ValueError(f"rank {self.rank} cannot send as rank {src}")
+        try:
+            dist.send(torch.tensor([len(data)], dtype=torch.int64), dst)
+            if data:
+                dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8), dst)
+        except RuntimeError as exc:
+            raise PeerError(dst, self.round, f"did not take a message ({exc})") from None
+
+    def _recv(self, src: int, dst: int, max_bytes: int) -> bytes:
+        if dst != self.rank:
+            raise ValueError(f"rank {self.rank} cannot receive as rank {dst}")
+        try:
+            n = torch.zeros(1, dtype=torch.int64)
+            dist.recv(n, src)
+            self._check_length(src, int(n[0]), max_bytes)  # before allocating
+            buf = torch.empty(int(n[0]), dtype=torch.uint8)
+            if len(buf):
+                dist.recv(buf, src)
+        except RuntimeError as exc:
+            raise PeerError(
+                src, self.round, f"sent nothing within the timeout or the link broke ({exc})"
+            ) from None
+        return buf.numpy().tobytes()
+
+    def close(self) -> None:
+        """Destroy the process group."""
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class _Fault:
+    """Test hook: ``kind`` ``"kill"`` (SIGKILL itself) or ``"hang"`` at ``(rank, round)``."""
+
+    def __init__(self, rank: int, round_index: int, kind: str) -> None:
+        if kind not in ("kill", "hang"):
+            raise ValueError(f"fault kind must be 'kill' or 'hang', got {kind!r}")
+        self.rank, self.round, self.kind = rank, round_index, kind
+
+    def __call__(self, rank: int, r: int) -> None:
+        if (rank, r) != (self.rank, self.round):
+            return
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(3600)
+
+
+def _result_payload(res: RunResult) -> dict[str, Any]:
+    models = res.models or {}
+    return {
+        "history": res.history,
+        "rounds": res.rounds,
+        "summary": res.summary,
+        "state": [
+            {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}  # by value
+            for net in [*models["parties"], models["server"]]
+        ],
+    }
+
+
+def _worker(
+    rank: int,
+    world_size: int,
+    port: int,
+    dataset: VerticalDataset,
+    config: CVFLConfig,
+    checkpoint: str | None,
+    timeout: float,
+    delay: float,
+    fault: _Fault | None,
+    progress: Any,
+    results: Any,
+) -> None:
+    """One role's process, started exactly as torchrun would start it (environment variables).
+
+    It reports ``("ok" | "peer" | "error", rank, ...)`` to the launcher.
+    """
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size)
+    )
+
+    def on_round(r: int) -> None:
+        progress[rank] = r
+
+    try:
+        res, sent = _role_from_env(dataset, config, checkpoint, timeout, delay, on_round, fault)
+        results.put(("ok", rank, sent, None if res is None else _result_payload(res)))
+    except PeerError as exc:
+        results.put(("peer", rank, exc.peer, exc.round, str(exc)))
+    except BaseException as exc:  # noqa: BLE001 - reported to the launcher, which re-raises
+        results.put(("error", rank, int(progress[rank]), f"{type(exc).__name__}: {exc}"))
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _diagnose(outcomes: dict[int, tuple[Any, ...]], procs: list[Any], progress: Any) -> str:
+    """Name the role that caused a failure: dead without a word, a bug, or blamed by its peers."""
+    for rank, p in enumerate(procs):
+        if rank not in outcomes and p.exitcode is not None:
+            how = f"was killed by signal {-p.exitcode}" if p.exitcode < 0 else "crashed"
+            return (
+                f"{rank_name(rank)} {how} (exit code {p.exitcode}) at round {int(progress[rank])}"
+            )
+    for rank, out in sorted(outcomes.items()):
+        if out[0] == "error":
+            return f"{rank_name(rank)} failed at round {out[2]}: {out[3]}"
+    reporters = {rank for rank, out in outcomes.items() if out[0] != "ok"}
+    for rank, out in sorted(outcomes.items()):
+        if out[0] == "peer" and out[2] not in reporters:
+            return f"{out[4]} (seen by {rank_name(rank)}; no answer within the timeout)"
+    peers = [out for out in outcomes.values() if out[0] == "peer"]
+    if peers:
+        return str(peers[0][4])
+    stuck = [r for r in range(len(procs)) if r not in outcomes]
+    return (
+        f"no round started within the timeout; {', '.join(rank_name(r) for r in stuck)} "
+        f"stalled at round {min(int(progress[r]) for r in stuck)}"
+    )
+
+
+def train_distributed(
+    dataset: VerticalDataset,
+    config: CVFLConfig,
+    *,
+    checkpoint: str | os.PathLike[str] | None = None,
+    timeout: float = 60.0,
+    delay: float = 0.0,
+    start_method: str = "forkserver",
+    fault: tuple[int, int, str] | None = None,
+) -> RunResult:
+    r"""``train(..., backend="distributed")``: ``M + 1`` processes on this machine over gloo.
+
+    Parameters
+    ----------
+    dataset, config
+        As for :func:`cvfl_sim.algorithm.train`; both are sent to the processes (the config must
+        be picklable: a schedule given as a lambda is not).
+    checkpoint : path-like, optional
+        ``train``'s checkpoint file, written by the server after every epoch; resumed from.
+    timeout : float
+        Seconds a message may take before its receiver gives up (and the watchdog's stall limit,
+        plus a few seconds' grace); it must exceed the longest round, evaluation included.
+    delay : float
+        Per-hop message delay in seconds (latency experiments, THEORY C7).
+    start_method : {"forkserver", "spawn"}
+        How the processes start.
+    fault : (rank, round, "kill" | "hang"), optional
+        Test hook: that rank kills itself (SIGKILL) or hangs when the round starts.
+
+    Returns
+    -------
+    RunResult
+        As ``train``'s, with ``summary["bytes_sent"]``: per rank the ``"algorithm"`` and
+        ``"measurement"`` bytes that process counted sending.
+
+    Raises
+    ------
+    DistributedRunError
+        A role crashed, hung or failed; the message names it and the round.
+    """
+    if not (isinstance(timeout, (int, float)) and 0 < timeout < 86400):
+        raise ValueError(f"timeout must be a number of seconds in (0, 86400), got {timeout!r}")
+    if start_method not in ("forkserver", "spawn"):
+        raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
+    s = _setup(dataset, config)  # bad input raises here, before any process starts
+    world = dataset.n_parties + 1
+    ctx = mp.get_context(start_method)
+    if start_method == "forkserver":
+        ctx.set_forkserver_preload(["torch", "cvfl_sim.distributed"])
+    progress = ctx.Array("q", world, lock=False)
+    results = ctx.Queue()
+    f = None if fault is None else _Fault(*fault)
+    port = _free_port()
+    ck = None if checkpoint is None else os.fspath(checkpoint)
+    procs = [
+        ctx.Process(
+            target=_worker,
+            args=(rank, world, port, dataset, config, ck, timeout, delay, f, progress, results),
+            daemon=True,
+        )
+        for rank in range(world)
+    ]
+    outcomes: dict[int, tuple[Any, ...]] = {}
+    try:
+        for p in procs:
+            p.start()
+        last, changed = list(progress), time.monotonic()
+        failed_at: float | None = None
+        while len(outcomes) < world:
+            try:
+                out = results.get(timeout=0.05)
+                outcomes[out[1]] = out
+                continue
+            except queue.Empty:
+                pass
+            now = time.monotonic()
+            if list(progress) != last:
+                last, changed = list(progress), now
+            failure = any(o[0] != "ok" for o in outcomes.values()) or any(
+                p.exitcode is not None and r not in outcomes for r, p in enumerate(procs)
+            )
+            if failure and failed_at is None:
+                failed_at = now  # let the other roles report what they saw
+            if (
+                failed_at is not None and now - failed_at > 0.5
+            ) or now - changed > timeout + _GRACE:
+                raise DistributedRunError(
+                    f"distributed run failed: {_diagnose(outcomes, procs, progress)}"
+                )
+    finally:
+        for p in procs:
+            if p.is_alive() and len(outcomes) < world:
+                p.kill()
+        for p in procs:
+            p.join(timeout=10)
+        results.close()
+    payload = outcomes[0][3]
+    parties, server = s.parties, s.server
+    for net, state in zip([*parties, server], payload["state"]):
+        net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    summary = dict(payload["summary"])
+    summary["bytes_sent"] = [dict(outcomes[r][2]) for r in range(world)]
+    return RunResult(
+        config.to_dict(),
+        dataset.describe(),
+        payload["history"],
+        payload["rounds"],
+        summary,
+        models={"parties": parties, "server": server},
+    )
+
+
+def run_from_env(
+    dataset: VerticalDataset,
+    config: CVFLConfig,
+    *,
+    checkpoint: str | os.PathLike[str] | None = None,
+    timeout: float = 60.0,
+    delay: float = 0.0,
+) -> RunResult | None:
+    """Play the role of ``RANK`` in a run started by torchrun (or the same environment variables).
+
+    Reads ``RANK``, ``WORLD_SIZE`` (must be ``M + 1``), ``MASTER_ADDR`` and ``MASTER_PORT``;
+    :func:`train_distributed` starts its processes this way too. Returns the
+    :class:`~cvfl_sim.results.RunResult` on rank 0 (the server), ``None`` on the parties.
+
+    Raises
+    ------
+    ValueError
+        A variable is missing, or ``WORLD_SIZE``/``RANK`` do not fit the data set's ``M``.
+    """
+    return _role_from_env(dataset, config, checkpoint, timeout, delay, None, None)[0]
+
+
+def _role_from_env(
+    dataset: VerticalDataset,
+    config: CVFLConfig,
+    checkpoint: str | os.PathLike[str] | None,
+    timeout: float,
+    delay: float,
+    on_round: Callable[[int], None] | None,
+    fault: _Fault | None,
+) -> tuple[RunResult | None, dict[str, int]]:
+    """Run this process's role; return its result (server) and the bytes it sent."""
+    names = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    env = {k: os.environ.get(k) for k in names}
+    missing = [k for k, v in env.items() if v is None]
+    if missing:
+        raise ValueError(f"run_from_env needs the environment variables {missing}")
+    try:
+        rank, world = int(str(env["RANK"])), int(str(env["WORLD_SIZE"]))
+    except ValueError:
+        raise ValueError(
+            f"RANK and WORLD_SIZE must be integers, got {env['RANK']!r}, {env['WORLD_SIZE']!r}"
+        ) from None
+    if world != dataset.n_parties + 1 or not 0 <= rank < world:
+        raise ValueError(
+            f"WORLD_SIZE must be M + 1 = {dataset.n_parties + 1} and 0 <= RANK < WORLD_SIZE, "
+            f"got RANK={rank} WORLD_SIZE={world}"
+        )
+    torch.set_num_threads(1)
+    transport = GlooTransport(rank, world, "env://", timeout, delay)
+    res = run_roles(
+        dataset, config, transport, [rank], checkpoint=checkpoint, on_round=on_round, fault=fault
+    )
+    # after a failure the process group is left as it is (destroying it could wait on the dead
+    # peer); the process ends anyway
+    transport.close()
+    return res, dict(transport.bytes_sent[rank])
+
+
+_OPTIONS: dict[str, frozenset[str]] = {
+    "inprocess": frozenset(),
+    "roles": frozenset({"delay"}),
+    "distributed": frozenset({"timeout", "delay", "start_method", "fault"}),
+}
+
+
+def dispatch(
+    dataset: VerticalDataset,
+    config: CVFLConfig,
+    backend: str,
+    checkpoint: str | os.PathLike[str] | None,
+    on_epoch_end: Callable[[int], None] | None,
+    probe: Callable[..., None] | None,
+    options: dict[str, Any] | None,
+) -> RunResult:
+    """The non-default executions of :func:`cvfl_sim.algorithm.train` (validated here)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    opts = dict(options or {})
+    unknown = sorted(set(opts) - _OPTIONS[backend])
+    if unknown:
+        raise ValueError(
+            f"backend_options {unknown} are not options of backend {backend!r} "
+            f"(allowed: {sorted(_OPTIONS[backend])})"
+        )
+    if backend == "inprocess":
+        from .algorithm import train
+
+        return train(dataset, config, checkpoint=checkpoint, on_epoch_end=on_epoch_end, probe=probe)
+    if probe is not None:
+        raise ValueError(f"probe needs backend='inprocess', got backend={backend!r}")
+    if backend == "roles":
+        return train_roles(
+            dataset, config, checkpoint=checkpoint, on_epoch_end=on_epoch_end, **opts
+        )
+    if on_epoch_end is not None:
+        raise ValueError("on_epoch_end is not available with backend='distributed'")
+    return train_distributed(dataset, config, checkpoint=checkpoint, **opts)
+
+
+def latency_table(
+    dataset: VerticalDataset,
+    config: CVFLConfig,
+    *,
+    delays: tuple[float, ...] = (0.001, 0.010, 0.050, 0.200),
+    Qs: tuple[int, ...] = (1, 10, 25),
+) -> list[dict[str, Any]]:
+    r"""Measured seconds per round of distributed runs beside the C7 time model (a small Table 5).
+
+    For each ``Q`` the in-process (vectorised) run of ``config`` gives the compute time per local
+    iteration :math:`t_c` and its round time; then one distributed run per ``delay`` (seconds
+    per message hop; a round is an upload then a broadcast, so the round trip of C7 is
+    :math:`t_{comm} = 2\,\text{delay}`) gives the measured round time, set beside
+    :math:`Q t_c + t_{comm}` and the paper's :math:`Q \cdot 10\,\text{ms} + t_{comm}` (C7).
+    ``delay = 0`` rows give the distributed overhead per round over the in-process round time.
+    A measurement, not a test: the numbers depend on the machine and its load.
+
+    Returns
+    -------
+    list of dict
+        One row per ``(Q, delay)``: ``Q``, ``delay_ms``, ``rounds``, ``measured_s`` (median
+        over the rounds after the first, which includes the processes' start-up),
+        ``model_s``, ``paper_model_s``, ``inprocess_s``, ``overhead`` (measured ÷ in-process).
+    """
+    rows = []
+    for Q in Qs:
+        cfg = CVFLConfig(**{**config.__dict__, "Q": Q, "progress": False})
+        ref = train(dataset, cfg)
+        n_rounds = ref.summary["rounds"]
+        if n_rounds < 3:
+            raise ValueError(f"latency_table needs >= 3 rounds per run, config gives {n_rounds}")
+        inproc = ref.summary["train_seconds"] / n_rounds
+        t_c = inproc / Q
+        for delay in (0.0, *delays):
+            res = train_distributed(dataset, cfg, delay=delay)
+            measured = float(np.median(res.summary["round_seconds"][1:]))  # after start-up
+            t_comm = 2 * delay
+            rows.append(
+                {
+                    "Q": Q,
+                    "delay_ms": 1000 * delay,
+                    "rounds": n_rounds,
+                    "measured_s": measured,
+                    "model_s": Q * t_c + t_comm,
+                    "paper_model_s": Q * T_COMPUTE + t_comm,
+                    "inprocess_s": inproc,
+                    "overhead": measured / inproc,
+                }
+            )
+    return rows
+
+
+def format_latency_table(rows: list[dict[str, Any]]) -> str:
+    """The rows of :func:`latency_table` as a fixed-width text table."""
+    head = (
+        f"{'Q':>3} {'delay ms':>9} {'measured s/round':>17} {'C7 model (t_c meas.)':>21} "
+        f"{'C7 model (10 ms)':>17} {'in-process s/round':>19} {'dist/in-proc':>13}"
+    )
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f"{r['Q']:>3} {r['delay_ms']:>9.0f} {r['measured_s']:>17.4f} {r['model_s']:>21.4f} "
+            f"{r['paper_model_s']:>17.4f} {r['inprocess_s']:>19.4f} {r['overhead']:>13.1f}"
+        )
+    return "\n".join(lines)
