@@ -1,3 +1,4 @@
+#ifndef CVFL_BODY
 /*
  * cvfl_theory._kernels -- the compressors' elementwise kernels (THEORY C5.1, C5.2, C5.4).
  *
@@ -19,9 +20,17 @@
  *
  * Floating-point determinism: only correctly rounded operations (+ - * /, conversions) are used,
  * in a fixed order, and the module is compiled with -ffp-contract=off (no fused multiply-adds), so
- * every clone (AVX-512, AVX2 or baseline x86-64) and every machine gives the same bits. Rounding to the
- * nearest integer uses the 1.5 * 2^52 trick (exact round-half-even for |v| < 2^51); the floor of
- * a non-negative value uses truncation.
+ * every path (AVX-512, AVX2 or portable, see "run-time dispatch" below), every compiler (gcc,
+ * clang) and every machine gives the same bits. Rounding to the nearest integer uses the
+ * 1.5 * 2^52 trick (exact round-half-even for |v| < 2^51); the floor of a non-negative value uses
+ * truncation.
+ *
+ * Layout: this file is read four times. The first time (CVFL_BODY undefined) it holds the
+ * shared definitions, the Python wrappers and the dispatch; that part includes the file again
+ * once per path with CVFL_BODY defined, K(name) giving each path's functions their own names
+ * and VL the 64-bit lanes per vector of that path. The kernels are the CVFL_BODY part at the
+ * end. Only GCC/clang pragmas are used for the per-path targets (no target_clones, which clang
+ * 14 supports only partly); other compilers get the portable path alone.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -29,17 +38,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(CVFL_NO_CLONES)
-#define CVFL_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define CVFL_CLONES
-#endif
-
 #if defined(__GNUC__) || defined(__clang__)
 #define CTZ64(x) __builtin_ctzll(x)
 #define RESTRICT __restrict__
 #define ALWAYS_INLINE inline __attribute__((always_inline))
+#define NOINLINE __attribute__((noinline))
 #else
 static inline int CTZ64(uint64_t x) { /* x != 0 */
     int n = 0;
@@ -48,6 +51,7 @@ static inline int CTZ64(uint64_t x) { /* x != 0 */
 }
 #define RESTRICT
 #define ALWAYS_INLINE inline
+#define NOINLINE
 #endif
 
 #define GAMMA 0x9E3779B97F4A7C15ULL
@@ -57,18 +61,6 @@ static inline uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
-}
-
-/* U for a 32-bit word: (w + 1/2) 2^-32, exact in float64 (via a signed conversion, which
-   vectorizes without a correction step: (w - 2^31) + 2^31 + 1/2). */
-static inline double unit32(uint32_t w) {
-    return ((double)(int32_t)(w ^ 0x80000000u) + 2147483648.5) * 0x1p-32;
-}
-
-/* rint(v) (round half to even) for |v| < 2^51, exact without -ffast-math. */
-static inline double round_even(double v) {
-    const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
-    return (v + magic) - magic;
 }
 
 /* ---- the shared dither stream ----------------------------------------------------------------
@@ -86,115 +78,6 @@ typedef struct {
     int has_half;        /* a high half left over by stream_halves */
     uint32_t half;
 } stream_t;
-
-static inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static void stream_init(stream_t *st, uint64_t seed) {
-    for (int l = 0; l < LANES; l++) {
-        st->s0[l] = mix64(seed + (uint64_t)(4 * l + 1) * GAMMA);
-        st->s1[l] = mix64(seed + (uint64_t)(4 * l + 2) * GAMMA);
-        st->s2[l] = mix64(seed + (uint64_t)(4 * l + 3) * GAMMA);
-        st->s3[l] = mix64(seed + (uint64_t)(4 * l + 4) * GAMMA);
-    }
-    st->pos = LANES;
-    st->has_half = 0;
-    st->half = 0;
-}
-
-/* `steps` steps of every lane, outputs in stream order into out[0 .. steps * LANES). The state
-   lives in registers: two 8-lane vectors per state word (GCC/clang vector extensions; a plain
-   loop over the lanes elsewhere, or with -DCVFL_NO_VECTOR_EXT -- same arithmetic, same bits). */
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(CVFL_NO_VECTOR_EXT)
-typedef uint64_t u64x8 __attribute__((vector_size(64)));
-
-#define XOSHIRO_STEP(a, b, c, d, o)                                                              \
-    do {                                                                                       \
-        u64x8 r_ = (b << 2) + b;     /* s1 * 5 */                                              \
-        r_ = (r_ << 7) | (r_ >> 57); /* rotl 7 */                                              \
-        r_ = (r_ << 3) + r_;         /* * 9 */                                                 \
-        memcpy((o), &r_, sizeof r_);                                                           \
-        u64x8 t_ = b << 17;                                                                    \
-        c ^= a;                                                                                \
-        d ^= b;                                                                                \
-        b ^= c;                                                                                \
-        a ^= d;                                                                                \
-        c ^= t_;                                                                               \
-        d = (d << 45) | (d >> 19);                                                             \
-    } while (0)
-
-static ALWAYS_INLINE void stream_steps(stream_t *st, Py_ssize_t steps, uint64_t *RESTRICT out) {
-    u64x8 a0, a1, b0, b1, c0, c1, d0, d1;
-    memcpy(&a0, st->s0, 64), memcpy(&a1, st->s0 + 8, 64);
-    memcpy(&b0, st->s1, 64), memcpy(&b1, st->s1 + 8, 64);
-    memcpy(&c0, st->s2, 64), memcpy(&c1, st->s2 + 8, 64);
-    memcpy(&d0, st->s3, 64), memcpy(&d1, st->s3 + 8, 64);
-    for (Py_ssize_t k = 0; k < steps; k++) {
-        XOSHIRO_STEP(a0, b0, c0, d0, out + k * LANES);
-        XOSHIRO_STEP(a1, b1, c1, d1, out + k * LANES + 8);
-    }
-    memcpy(st->s0, &a0, 64), memcpy(st->s0 + 8, &a1, 64);
-    memcpy(st->s1, &b0, 64), memcpy(st->s1 + 8, &b1, 64);
-    memcpy(st->s2, &c0, 64), memcpy(st->s2 + 8, &c1, 64);
-    memcpy(st->s3, &d0, 64), memcpy(st->s3 + 8, &d1, 64);
-}
-#else
-static ALWAYS_INLINE void stream_steps(stream_t *st, Py_ssize_t steps, uint64_t *RESTRICT out) {
-    for (Py_ssize_t k = 0; k < steps; k++) {
-        for (int l = 0; l < LANES; l++) {
-            uint64_t b = st->s1[l];
-            uint64_t r = rotl64((b << 2) + b, 7); /* rotl(s1 * 5, 7) */
-            out[k * LANES + l] = (r << 3) + r;    /* * 9 */
-            uint64_t t = b << 17;
-            st->s2[l] ^= st->s0[l];
-            st->s3[l] ^= b;
-            st->s1[l] = b ^ st->s2[l];
-            st->s0[l] ^= st->s3[l];
-            st->s2[l] ^= t;
-            st->s3[l] = rotl64(st->s3[l], 45);
-        }
-    }
-}
-#endif
-
-/* The next n words of the stream. */
-CVFL_CLONES
-static void stream_words(stream_t *st, uint64_t *RESTRICT out, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    while (i < n && st->pos < LANES) out[i++] = st->buf[st->pos++];
-    Py_ssize_t full = (n - i) / LANES;
-    if (full > 0) {
-        stream_steps(st, full, out + i);
-        i += full * LANES;
-    }
-    if (i < n) {
-        stream_steps(st, 1, st->buf);
-        st->pos = 0;
-        while (i < n) out[i++] = st->buf[st->pos++];
-    }
-}
-
-/* The next n 32-bit halves (low half of each word first), n <= BLOCK. */
-CVFL_CLONES
-static void stream_halves(stream_t *st, uint32_t *RESTRICT out, Py_ssize_t n) {
-    uint64_t w[BLOCK / 2 + 1];
-    Py_ssize_t i = 0;
-    if (n > 0 && st->has_half) {
-        out[i++] = st->half;
-        st->has_half = 0;
-    }
-    Py_ssize_t nw = (n - i + 1) / 2;
-    stream_words(st, w, nw);
-    for (Py_ssize_t j = 0; j < (n - i) / 2; j++) {
-        out[i + 2 * j] = (uint32_t)w[j];
-        out[i + 2 * j + 1] = (uint32_t)(w[j] >> 32);
-    }
-    if ((n - i) & 1) {
-        out[n - 1] = (uint32_t)w[nw - 1];
-        st->half = (uint32_t)(w[nw - 1] >> 32);
-        st->has_half = 1;
-    }
-}
-
 /* ------------------------------------------------------------------------------------------- */
 /* buffer helpers                                                                              */
 
@@ -298,54 +181,201 @@ static int get_rowparam(PyObject *obj, Py_buffer *view, Py_ssize_t B, rowparam *
 }
 
 #define ROW(p, b) ((p).v[(b) * (p).stride])
+typedef struct {
+    double a;             /* minimum distance, unit box */
+    const int32_t *lut;   /* (rows, width) codeword index table, origin (j0, i0) */
+    Py_ssize_t rows, width, size;
+    double i0, j0;
+    const double *px, *py; /* codeword coordinates (centred unit box), by index */
+} hexcode;
+
+#define HB 512 /* pairs per block (scratch on the stack) */
+
 
 /* ------------------------------------------------------------------------------------------- */
-/* ranges (C5.5)                                                                               */
-/* A min-max range is sent as two float32 per row, rounded outwards so it contains the row.    */
-/* Floats are compared as "sortable" integers: s ^ ((s >> (n-1)) & MAX) (s the IEEE bits as a  */
-/* signed integer) is increasing in the value (-0 just below +0, NaN beyond the infinities)    */
-/* and its own inverse, and integer min/max vectorize. A row holding NaN or inf gets a         */
-/* non-finite range.                                                                            */
+/* run-time dispatch                                                                           */
+/* Every kernel is compiled once per path (this file includes itself with CVFL_BODY defined and */
+/* K(name) = name_<path>): "avx512" (x86-64-v4 features: AVX-512 F/BW/DQ/VL), "avx2" (x86-64-v3: */
+/* AVX2, FMA, BMI1/2 -- FMA is never used, see -ffp-contract=off) and "portable" (the compiler's */
+/* baseline, SSE2 on x86-64; the only path elsewhere). The module picks the widest path the CPU */
+/* supports at import, or the one named by the environment variable CVFL_KERNEL_PATH (an       */
+/* unsupported or unknown name is an ImportError). All paths compute the same operations in the */
+/* same order: the same bits (tests/test_compressors_kernels.py forces each path in turn).      */
 
-static inline double f32_down(double v) { /* largest float32 <= v */
-    float f = (float)v;
-    return (double)f > v ? (double)nextafterf(f, -INFINITY) : (double)f;
+#define SQ_FIELD(NAME, XT, IT, YT)                                                              \
+    void (*NAME)(const XT *, Py_ssize_t, Py_ssize_t, int, rowparam, rowparam, int32_t, int,   \
+                 uint64_t, IT *, YT *, int64_t *, int64_t *)
+#define SDQ_FIELD(NAME, IT, YT)                                                                 \
+    void (*NAME)(const IT *, Py_ssize_t, Py_ssize_t, rowparam, rowparam, int32_t, int,         \
+                 uint64_t, YT *)
+
+typedef struct {
+    void (*row_ranges_f32)(const float *, Py_ssize_t, Py_ssize_t, double *, double *);
+    void (*row_ranges_f64)(const double *, Py_ssize_t, Py_ssize_t, double *, double *);
+    SQ_FIELD(sq_f32_u8_f32, float, uint8_t, float);
+    SQ_FIELD(sq_f32_u8_f64, float, uint8_t, double);
+    SQ_FIELD(sq_f32_u16_f32, float, uint16_t, float);
+    SQ_FIELD(sq_f32_u16_f64, float, uint16_t, double);
+    SQ_FIELD(sq_f64_u8_f32, double, uint8_t, float);
+    SQ_FIELD(sq_f64_u8_f64, double, uint8_t, double);
+    SQ_FIELD(sq_f64_u16_f32, double, uint16_t, float);
+    SQ_FIELD(sq_f64_u16_f64, double, uint16_t, double);
+    SDQ_FIELD(sdq_u8_f32, uint8_t, float);
+    SDQ_FIELD(sdq_u8_f64, uint8_t, double);
+    SDQ_FIELD(sdq_u16_f32, uint16_t, float);
+    SDQ_FIELD(sdq_u16_f64, uint16_t, double);
+    void (*hex_run)(const void *, int, Py_ssize_t, Py_ssize_t, int, rowparam, rowparam,
+                    const hexcode *, int, uint64_t, void *, int, void *, int, int64_t *);
+    int64_t (*topk_f32)(const float *, Py_ssize_t, Py_ssize_t, Py_ssize_t, int32_t *, uint16_t *,
+                        uint8_t *, int32_t *, float *);
+    int64_t (*topk_f64)(const double *, Py_ssize_t, Py_ssize_t, Py_ssize_t, int64_t *,
+                        uint16_t *, uint8_t *, int32_t *, double *);
+    void (*scatter_f32)(const int32_t *, const float *, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                        float *);
+    void (*scatter_f64)(const int32_t *, const double *, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                        double *);
+    void (*dither_words)(uint64_t, Py_ssize_t, Py_ssize_t, uint32_t *);
+    void (*hex_dither)(uint64_t, Py_ssize_t, Py_ssize_t, double, double *, double *);
+    void (*a2_nearest)(const double *, const double *, Py_ssize_t, double *, double *);
+} kernels_t;
+
+#define CVFL_BODY
+
+/* portable: the compiler's baseline */
+#define K(name) name##_portable
+#define VL 2
+#include "_kernels.c"
+#undef VL
+#undef K
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(CVFL_PORTABLE_ONLY)
+#define CVFL_X86_PATHS 1
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,bmi,bmi2,lzcnt,popcnt,f16c,movbe"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,bmi,bmi2,lzcnt,popcnt,f16c,movbe")
+#endif
+#define K(name) name##_avx2
+#define VL 4
+#include "_kernels.c"
+#undef VL
+#undef K
+#if defined(__clang__)
+#pragma clang attribute pop
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512cd,avx2,fma,bmi,bmi2,lzcnt,popcnt,f16c,movbe"))), apply_to = function)
+#else
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512cd,avx2,fma,bmi,bmi2,lzcnt,popcnt,f16c,movbe")
+#endif
+#define K(name) name##_avx512
+#define VL 8
+#include "_kernels.c"
+#undef VL
+#undef K
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
+
+#undef CVFL_BODY
+
+/* The paths, widest first: name, table, whether this CPU (and OS) can run it. */
+static int cpu_has_avx2(void) {
+#ifdef CVFL_X86_PATHS
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+           __builtin_cpu_supports("popcnt");
+#else
+    return 0;
+#endif
 }
 
-static inline double f32_up(double v) { /* smallest float32 >= v */
-    float f = (float)v;
-    return (double)f < v ? (double)nextafterf(f, INFINITY) : (double)f;
+static int cpu_has_avx512(void) {
+#ifdef CVFL_X86_PATHS
+    __builtin_cpu_init();
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd");
+#else
+    return 0;
+#endif
 }
 
-#define DEFINE_ROW_RANGE(NAME, XT, ST, SMAX)                                                    \
-    static inline void NAME(const XT *x, Py_ssize_t P, double *lo, double *hi) {               \
-        const ST *r = (const ST *)x;                                                           \
-        ST mn = SMAX, mx = -SMAX - 1;                                                          \
-        for (Py_ssize_t c = 0; c < P; c++) {                                                   \
-            ST key = r[c] ^ ((r[c] >> (sizeof(ST) * 8 - 1)) & SMAX);                           \
-            mn = key < mn ? key : mn;                                                          \
-            mx = key > mx ? key : mx;                                                          \
-        }                                                                                      \
-        mn ^= (mn >> (sizeof(ST) * 8 - 1)) & SMAX;                                             \
-        mx ^= (mx >> (sizeof(ST) * 8 - 1)) & SMAX;                                             \
-        XT fmn, fmx;                                                                           \
-        memcpy(&fmn, &mn, sizeof(XT));                                                         \
-        memcpy(&fmx, &mx, sizeof(XT));                                                         \
-        *lo = f32_down((double)fmn);                                                           \
-        *hi = f32_up((double)fmx);                                                             \
+typedef struct {
+    const char *name;
+    const kernels_t *table;
+    int (*supported)(void);
+} kpath_t;
+
+static int always(void) { return 1; }
+
+static const kpath_t paths[] = {
+#ifdef CVFL_X86_PATHS
+    {"avx512", &table_avx512, cpu_has_avx512},
+    {"avx2", &table_avx2, cpu_has_avx2},
+#endif
+    {"portable", &table_portable, always},
+};
+#define NPATHS ((int)(sizeof(paths) / sizeof(paths[0])))
+
+static const kernels_t *KT = &table_portable; /* the path in use (set once, at import) */
+static const char *KT_NAME = "portable";
+
+/* Choose the path: CVFL_KERNEL_PATH if set and non-empty, else the widest supported one. */
+static int choose_path(void) {
+    const char *want = getenv("CVFL_KERNEL_PATH");
+    if (want != NULL && *want != 0) {
+        for (int q = 0; q < NPATHS; q++) {
+            if (strcmp(want, paths[q].name) != 0) continue;
+            if (!paths[q].supported()) {
+                PyErr_Format(PyExc_ImportError,
+                             "cvfl_theory._kernels: CVFL_KERNEL_PATH=%s, but this CPU lacks the "
+                             "instructions of that path (unset CVFL_KERNEL_PATH to choose "
+                             "automatically)", want);
+                return -1;
+            }
+            KT = paths[q].table, KT_NAME = paths[q].name;
+            return 0;
+        }
+        PyErr_Format(PyExc_ImportError,
+                     "cvfl_theory._kernels: CVFL_KERNEL_PATH=%s is not a kernel path of this "
+                     "build; the paths are avx512, avx2, portable (x86-64) or portable", want);
+        return -1;
     }
-
-DEFINE_ROW_RANGE(row_range_f32, float, int32_t, INT32_MAX)
-DEFINE_ROW_RANGE(row_range_f64, double, int64_t, INT64_MAX)
-
-#define DEFINE_ROW_RANGES(NAME, XT, RANGE)                                                      \
-    CVFL_CLONES                                                                                \
-    static void NAME(const XT *x, Py_ssize_t B, Py_ssize_t P, double *lo, double *hi) {         \
-        for (Py_ssize_t b = 0; b < B; b++) RANGE(x + b * P, P, &lo[b], &hi[b]);                \
+    for (int q = 0; q < NPATHS; q++) {
+        if (paths[q].supported()) {
+            KT = paths[q].table, KT_NAME = paths[q].name;
+            return 0;
+        }
     }
+    return 0;
+}
 
-DEFINE_ROW_RANGES(row_ranges_f32, float, row_range_f32)
-DEFINE_ROW_RANGES(row_ranges_f64, double, row_range_f64)
+/* path() -> the name of the path in use. */
+static PyObject *py_path(PyObject *self, PyObject *args) { return PyUnicode_FromString(KT_NAME); }
+
+/* paths() -> the names of the paths this CPU can run, widest first. */
+static PyObject *py_paths(PyObject *self, PyObject *args) {
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    for (int q = 0; q < NPATHS; q++) {
+        if (!paths[q].supported()) continue;
+        PyObject *s = PyUnicode_FromString(paths[q].name);
+        if (s == NULL || PyList_Append(out, s) < 0) {
+            Py_XDECREF(s);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(s);
+    }
+    return out;
+}
+
 
 /* row_ranges(x, xt, B, P, lo, hi): the sent min-max range of every row (float64 buffers). */
 static PyObject *py_row_ranges(PyObject *self, PyObject *args) {
@@ -364,8 +394,8 @@ static PyObject *py_row_ranges(PyObject *self, PyObject *args) {
     if (get_buffer(loo, &lov, 1, T_F64, B, "lo", 0) < 0) goto done;
     if (get_buffer(hio, &hiv, 1, T_F64, B, "hi", 0) < 0) goto done;
     Py_BEGIN_ALLOW_THREADS
-    if (xt == T_F32) row_ranges_f32((const float *)xv.buf, B, P, (double *)lov.buf, (double *)hiv.buf);
-    else row_ranges_f64((const double *)xv.buf, B, P, (double *)lov.buf, (double *)hiv.buf);
+    if (xt == T_F32) KT->row_ranges_f32((const float *)xv.buf, B, P, (double *)lov.buf, (double *)hiv.buf);
+    else KT->row_ranges_f64((const double *)xv.buf, B, P, (double *)lov.buf, (double *)hiv.buf);
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);
@@ -374,148 +404,6 @@ done:
     return ret;
 }
 
-/* The range of row b: computed from the row (rowmode: min-max, stored into lo.v/hi.v, which
-   are then per-row output buffers) or given (fixed / per tensor). */
-#define ROW_BOUNDS(RANGE, rowmode, lo, hi, b, xr, P, l, h)                                      \
-    do {                                                                                       \
-        if (rowmode) {                                                                         \
-            RANGE(xr, P, &(l), &(h));                                                          \
-            ((double *)(lo).v)[b] = (l);                                                       \
-            ((double *)(hi).v)[b] = (h);                                                       \
-        } else {                                                                               \
-            (l) = ROW(lo, b);                                                                  \
-            (h) = ROW(hi, b);                                                                  \
-        }                                                                                      \
-    } while (0)
-
-/* Clamp v into [l, h] (NaN -> l) and count what had to be clipped and what is not finite. */
-#define CLAMP_COUNT(v, l, h, clip, bad)                                                         \
-    do {                                                                                       \
-        (clip) += ((v) < (l)) | ((v) > (h));                                                   \
-        (bad) += !((v) - (v) == 0.0);                                                          \
-        (v) = (v) >= (l) ? (v) : (l);                                                          \
-        (v) = (v) <= (h) ? (v) : (h);                                                          \
-    } while (0)
-
-/* ------------------------------------------------------------------------------------------- */
-/* scalar quantizer (C5.1)                                                                     */
-/*   Delta = (h - l)/L; t = (x - l)/Delta in [0, L]; k = min(floor(t + U), L) with dither, else */
-/*   min(floor(t + 1/2), L); reconstruction l + (k + 1/2 - U) Delta (dither) or l + k Delta.    */
-
-static inline void scalar_consts(double l, double h, int32_t L, double *inv, double *step) {
-    double span = h - l;
-    *inv = span > 0.0 ? (double)L / span : 0.0;
-    *step = span / (double)L;
-}
-
-/* The quantize loop over the n entries of row b from column c0 (dither words from h32 + hoff);
-   HAS_IDX, HAS_Y, DITHER, CLAMP are constants, so every variant is a branch-free loop the
-   compiler vectorizes. CLAMP (given ranges): clamp into [l, h], count clipped and non-finite
-   entries; a row's own min-max range needs neither (a non-finite entry makes it non-finite,
-   which the caller checks, and t is then forced to 0). */
-#define SQ_LOOP(IT, YT, HAS_IDX, HAS_Y, DITHER, CLAMP)                                          \
-    for (Py_ssize_t i = 0; i < n; i++) {                                                       \
-        double u = DITHER ? unit32(h32[hoff + i]) : 0.5; /* no dither: round to nearest */     \
-        double v = (double)xr[c0 + i];                                                         \
-        if (CLAMP) CLAMP_COUNT(v, l, h, clip, bad);                                            \
-        double t = (v - l) * s;                                                                \
-        t = t >= 0.0 ? t : 0.0;                                                                \
-        int32_t k = (int32_t)(t + u);                                                          \
-        k = k > L ? L : k;                                                                     \
-        if (HAS_IDX) idx[e0 + i] = (IT)k;                                                      \
-        if (HAS_Y)                                                                             \
-            y[e0 + i] = (YT)(DITHER ? l + (((double)k + 0.5) - u) * d                          \
-                                                : l + (double)k * d);                          \
-    }
-
-#define SQ_VARIANTS(IT, YT, DITHER, CLAMP)                                                      \
-    do {                                                                                       \
-        if (idx && y) SQ_LOOP(IT, YT, 1, 1, DITHER, CLAMP)                                     \
-        else if (idx) SQ_LOOP(IT, YT, 1, 0, DITHER, CLAMP)                                     \
-        else SQ_LOOP(IT, YT, 0, 1, DITHER, CLAMP)                                              \
-    } while (0)
-
-/* Row groups of at most BLOCK entries (one dither call per group), or chunks of one long row. */
-#define FOR_CHUNKS(B, P, ...) /* the body is the variadic argument (it has commas) */         \
-    do {                                                                                       \
-        Py_ssize_t rows_ = (P) <= BLOCK ? BLOCK / (P) : 1;                                     \
-        for (Py_ssize_t b0 = 0; b0 < (B); b0 += rows_) {                                       \
-            Py_ssize_t b1 = b0 + rows_ < (B) ? b0 + rows_ : (B);                               \
-            Py_ssize_t g0 = b0 * (P), gn = (P) <= BLOCK ? (b1 - b0) * (P) : 0;                 \
-            if (dither && gn) stream_halves(&st, h32, gn);                                     \
-            for (Py_ssize_t b = b0; b < b1; b++) {                                             \
-                for (Py_ssize_t c0 = 0; c0 < (P); c0 += BLOCK) {                               \
-                    Py_ssize_t n = (P) - c0 < BLOCK ? (P) - c0 : BLOCK;                        \
-                    Py_ssize_t e0 = b * (P) + c0, hoff = gn ? e0 - g0 : 0;                     \
-                    if (dither && !gn) stream_halves(&st, h32, n);                             \
-                    __VA_ARGS__                                                                \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-    } while (0)
-
-#define DEFINE_SCALAR_Q(NAME, XT, IT, YT, RANGE)                                                \
-    CVFL_CLONES                                                                                \
-    static void NAME(const XT *x, Py_ssize_t B, Py_ssize_t P, int rowmode, rowparam lo,        \
-                     rowparam hi, int32_t L, int dither, uint64_t seed, IT *idx, YT *y,        \
-                     int64_t *nclip, int64_t *nbad) {                                          \
-        uint32_t h32[BLOCK];                                                                   \
-        stream_t st;                                                                           \
-        stream_init(&st, seed);                                                                \
-        int64_t clip = 0, bad = 0;                                                             \
-        Py_ssize_t cur = -1;                                                                   \
-        double l = 0, h = 0, s = 0, d = 0;                                                     \
-        FOR_CHUNKS(B, P, {                                                                     \
-            const XT *xr = x + b * P;                                                          \
-            if (b != cur) {                                                                    \
-                ROW_BOUNDS(RANGE, rowmode, lo, hi, b, xr, P, l, h);                            \
-                scalar_consts(l, h, L, &s, &d);                                                \
-                cur = b;                                                                       \
-            }                                                                                  \
-            if (dither && rowmode) SQ_VARIANTS(IT, YT, 1, 0);                                  \
-            else if (dither) SQ_VARIANTS(IT, YT, 1, 1);                                        \
-            else if (rowmode) SQ_VARIANTS(IT, YT, 0, 0);                                       \
-            else SQ_VARIANTS(IT, YT, 0, 1);                                                    \
-        });                                                                                    \
-        *nclip = clip;                                                                         \
-        *nbad = bad;                                                                           \
-    }
-
-DEFINE_SCALAR_Q(sq_f32_u8_f32, float, uint8_t, float, row_range_f32)
-DEFINE_SCALAR_Q(sq_f32_u8_f64, float, uint8_t, double, row_range_f32)
-DEFINE_SCALAR_Q(sq_f32_u16_f32, float, uint16_t, float, row_range_f32)
-DEFINE_SCALAR_Q(sq_f32_u16_f64, float, uint16_t, double, row_range_f32)
-DEFINE_SCALAR_Q(sq_f64_u8_f32, double, uint8_t, float, row_range_f64)
-DEFINE_SCALAR_Q(sq_f64_u8_f64, double, uint8_t, double, row_range_f64)
-DEFINE_SCALAR_Q(sq_f64_u16_f32, double, uint16_t, float, row_range_f64)
-DEFINE_SCALAR_Q(sq_f64_u16_f64, double, uint16_t, double, row_range_f64)
-
-#define DEFINE_SCALAR_DQ(NAME, IT, YT)                                                          \
-    CVFL_CLONES                                                                                \
-    static void NAME(const IT *idx, Py_ssize_t B, Py_ssize_t P, rowparam lo, rowparam hi,      \
-                     int32_t L, int dither, uint64_t seed, YT *y) {                            \
-        uint32_t h32[BLOCK];                                                                   \
-        stream_t st;                                                                           \
-        stream_init(&st, seed);                                                                \
-        FOR_CHUNKS(B, P, {                                                                     \
-            const double l = ROW(lo, b), h = ROW(hi, b);                                       \
-            double s, d;                                                                       \
-            scalar_consts(l, h, L, &s, &d);                                                    \
-            if (dither) {                                                                      \
-                for (Py_ssize_t i = 0; i < n; i++) {                                           \
-                    double u = unit32(h32[hoff + i]);                                          \
-                    y[e0 + i] = (YT)(l + (((double)idx[e0 + i] + 0.5) - u) * d);               \
-                }                                                                              \
-            } else {                                                                           \
-                for (Py_ssize_t i = 0; i < n; i++) y[e0 + i] = (YT)(l + (double)idx[e0 + i] * d); \
-            }                                                                                  \
-        });                                                                                    \
-    }
-
-DEFINE_SCALAR_DQ(sdq_u8_f32, uint8_t, float)
-DEFINE_SCALAR_DQ(sdq_u8_f64, uint8_t, double)
-DEFINE_SCALAR_DQ(sdq_u16_f32, uint16_t, float)
-DEFINE_SCALAR_DQ(sdq_u16_f64, uint16_t, double)
 
 /* The lo/hi arguments of the quantize calls: per-row outputs (rowmode) or 1 or B given values. */
 static int get_bounds(int rowmode, PyObject *loo, PyObject *hio, Py_ssize_t B, Py_buffer *lov,
@@ -565,19 +453,19 @@ static PyObject *py_scalar_quantize(PyObject *self, PyObject *args) {
       (YT *)yv.buf, &nclip, &nbad)
     if (xt == T_F32) {
         if (it == T_U8) {
-            if (yt == T_F32) SQ_CALL(sq_f32_u8_f32, float, uint8_t, float);
-            else SQ_CALL(sq_f32_u8_f64, float, uint8_t, double);
+            if (yt == T_F32) SQ_CALL(KT->sq_f32_u8_f32, float, uint8_t, float);
+            else SQ_CALL(KT->sq_f32_u8_f64, float, uint8_t, double);
         } else {
-            if (yt == T_F32) SQ_CALL(sq_f32_u16_f32, float, uint16_t, float);
-            else SQ_CALL(sq_f32_u16_f64, float, uint16_t, double);
+            if (yt == T_F32) SQ_CALL(KT->sq_f32_u16_f32, float, uint16_t, float);
+            else SQ_CALL(KT->sq_f32_u16_f64, float, uint16_t, double);
         }
     } else {
         if (it == T_U8) {
-            if (yt == T_F32) SQ_CALL(sq_f64_u8_f32, double, uint8_t, float);
-            else SQ_CALL(sq_f64_u8_f64, double, uint8_t, double);
+            if (yt == T_F32) SQ_CALL(KT->sq_f64_u8_f32, double, uint8_t, float);
+            else SQ_CALL(KT->sq_f64_u8_f64, double, uint8_t, double);
         } else {
-            if (yt == T_F32) SQ_CALL(sq_f64_u16_f32, double, uint16_t, float);
-            else SQ_CALL(sq_f64_u16_f64, double, uint16_t, double);
+            if (yt == T_F32) SQ_CALL(KT->sq_f64_u16_f32, double, uint16_t, float);
+            else SQ_CALL(KT->sq_f64_u16_f64, double, uint16_t, double);
         }
     }
 #undef SQ_CALL
@@ -612,11 +500,11 @@ static PyObject *py_scalar_dequantize(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     uint64_t s = (uint64_t)seed;
     if (it == T_U8) {
-        if (yt == T_F32) sdq_u8_f32((const uint8_t *)idxv.buf, B, P, lo, hi, L, dither, s, (float *)yv.buf);
-        else sdq_u8_f64((const uint8_t *)idxv.buf, B, P, lo, hi, L, dither, s, (double *)yv.buf);
+        if (yt == T_F32) KT->sdq_u8_f32((const uint8_t *)idxv.buf, B, P, lo, hi, L, dither, s, (float *)yv.buf);
+        else KT->sdq_u8_f64((const uint8_t *)idxv.buf, B, P, lo, hi, L, dither, s, (double *)yv.buf);
     } else {
-        if (yt == T_F32) sdq_u16_f32((const uint16_t *)idxv.buf, B, P, lo, hi, L, dither, s, (float *)yv.buf);
-        else sdq_u16_f64((const uint16_t *)idxv.buf, B, P, lo, hi, L, dither, s, (double *)yv.buf);
+        if (yt == T_F32) KT->sdq_u16_f32((const uint16_t *)idxv.buf, B, P, lo, hi, L, dither, s, (float *)yv.buf);
+        else KT->sdq_u16_f64((const uint16_t *)idxv.buf, B, P, lo, hi, L, dither, s, (double *)yv.buf);
     }
     Py_END_ALLOW_THREADS
     ret = Py_None;
@@ -625,228 +513,6 @@ done:
     release(&idxv); release(&lov); release(&hiv); release(&yv);
     return ret;
 }
-
-/* ------------------------------------------------------------------------------------------- */
-/* hexagonal lattice A_2 (C5.2, C5.3)                                                          */
-/* Lattice of minimum distance a: i b1 + j b2, b1 = a (1, 0), b2 = a (1/2, sqrt3/2).           */
-
-#define SQRT3 1.7320508075688772
-
-/* Nearest lattice point (i, j) of the point (X a, Y sqrt3 a) (scaled coordinates), two cosets:
-   the rectangular lattice a(Z x sqrt3 Z) and its translate by b2; the closer candidate wins
-   (ties to the first coset). */
-static inline void a2_nearest_scaled(double X, double Y, double *i, double *j) {
-    double m0 = round_even(X), n0 = round_even(Y);
-    double X1 = X - 0.5, Y1 = Y - 0.5;
-    double m1 = round_even(X1), n1 = round_even(Y1);
-    double dx0 = X - m0, dy0 = Y - n0, dx1 = X1 - m1, dy1 = Y1 - n1;
-    double d0 = dx0 * dx0 + 3.0 * (dy0 * dy0);
-    double d1 = dx1 * dx1 + 3.0 * (dy1 * dy1);
-    int use1 = d1 < d0;
-    *i = use1 ? m1 - n1 : m0 - n0;
-    *j = use1 ? 2.0 * n1 + 1.0 : 2.0 * n0;
-}
-
-/* Dither of one pair from its word w: u = z - Q(z) with z = alpha b1 + beta b2 in the rhombus,
-   alpha = (2A + 1) 2^-24, beta = (2A' + 1) 2^-24 where A, A' are the top 23 bits of the low and
-   high 32-bit halves of w: uniform on 2^46 grid midpoints of the rhombus, so u is uniform on the
-   corresponding points of the Voronoi cell (second moment within 2^-46 of the continuous one).
-   The reduction is exact, in integers (units 2^-24): the upper triangle (alpha + beta > 1) is
-   reflected onto the lower one (u -> -u); in the lower triangle (0, b1, b2) the nearest vertex is
-   0 if 2 alpha + beta < 1 and alpha + 2 beta < 1 (never equal: both sides are odd), else b1 if
-   alpha > beta, else b2. Cartesian coordinates out (float64: one rounding each). */
-static inline void hex_dither(uint64_t w, double a, double *ux, double *uy) {
-    const int32_t one = 1 << 24;
-    int32_t al = (int32_t)(((uint32_t)w >> 9) * 2u + 1u);
-    int32_t be = (int32_t)(((uint32_t)(w >> 32) >> 9) * 2u + 1u);
-    int32_t flip = al + be > one;
-    al = flip ? one - al : al;
-    be = flip ? one - be : be;
-    int32_t out0 = (2 * al + be > one) | (al + 2 * be > one);
-    int32_t g = al > be;
-    al -= (out0 & g) ? one : 0;
-    be -= (out0 & !g) ? one : 0;
-    al = flip ? -al : al;
-    be = flip ? -be : be;
-    double A = (double)al * 0x1p-24, Bt = (double)be * 0x1p-24;
-    *ux = a * (A + 0.5 * Bt);
-    *uy = (a * (SQRT3 / 2.0)) * Bt;
-}
-
-typedef struct {
-    double a;             /* minimum distance, unit box */
-    const int32_t *lut;   /* (rows, width) codeword index table, origin (j0, i0) */
-    Py_ssize_t rows, width, size;
-    double i0, j0;
-    const double *px, *py; /* codeword coordinates (centred unit box), by index */
-} hexcode;
-
-#define HB 512 /* pairs per block (scratch on the stack) */
-
-/* Dither of the next n pairs (Cartesian, unit box) into ux, uy: one stream word per pair. */
-CVFL_CLONES
-static void hex_dither_block(stream_t *st, Py_ssize_t n, double a, double *RESTRICT ux,
-                             double *RESTRICT uy) {
-    uint64_t w[HB];
-    stream_words(st, w, n);
-    for (Py_ssize_t p = 0; p < n; p++) hex_dither(w[p], a, &ux[p], &uy[p]);
-}
-
-/* Codeword indices of the points (X + ux, Y + uy) of the centred unit box. */
-CVFL_CLONES
-static void hex_nearest_block(const double *RESTRICT X, const double *RESTRICT Y,
-                              const double *RESTRICT ux, const double *RESTRICT uy, Py_ssize_t n,
-                              const hexcode *hc, int32_t *RESTRICT k) {
-    const double ia = 1.0 / hc->a, isa = 1.0 / (SQRT3 * hc->a);
-    const double imax = (double)(hc->width - 1), jmax = (double)(hc->rows - 1);
-    const double i0 = hc->i0, j0 = hc->j0;
-    const double dwidth = (double)hc->width;
-    const int32_t *RESTRICT lut = hc->lut;
-    for (Py_ssize_t p = 0; p < n; p++) {
-        double i, j;
-        a2_nearest_scaled((X[p] + ux[p]) * ia, (Y[p] + uy[p]) * isa, &i, &j);
-        double ii = i - i0, jj = j - j0;
-        ii = ii < 0.0 ? 0.0 : ii;
-        ii = ii > imax ? imax : ii;
-        jj = jj < 0.0 ? 0.0 : jj;
-        jj = jj > jmax ? jmax : jj;
-        k[p] = (int32_t)(jj * dwidth + ii); /* exact: small integers */
-    }
-    for (Py_ssize_t p = 0; p < n; p++) k[p] = lut[k[p]];
-}
-
-/* Reconstruct: y[2p] = (px[k] - ux) sp + md, y[2p + 1] likewise for p < half. */
-#define DEFINE_HEX_OUT(NAME, YT)                                                                \
-    CVFL_CLONES                                                                                \
-    static void NAME(const int32_t *RESTRICT k, const double *RESTRICT ux,                     \
-                     const double *RESTRICT uy, Py_ssize_t n,                                  \
-                     Py_ssize_t half, const hexcode *hc, double sp, double md, YT *RESTRICT y) {\
-        const double *RESTRICT px = hc->px, *RESTRICT py = hc->py;                             \
-        Py_ssize_t m = n < half ? n : half;                                                    \
-        for (Py_ssize_t p = 0; p < m; p++) {                                                   \
-            y[2 * p] = (YT)((px[k[p]] - ux[p]) * sp + md);                                     \
-            y[2 * p + 1] = (YT)((py[k[p]] - uy[p]) * sp + md);                                 \
-        }                                                                                      \
-        if (m < n) y[2 * m] = (YT)((px[k[m]] - ux[m]) * sp + md);                              \
-    }
-
-DEFINE_HEX_OUT(hex_out_f32, float)
-DEFINE_HEX_OUT(hex_out_f64, double)
-
-/* Centred unit-box coordinates of the pairs p0 .. p0 + n - 1 of a row (padding: the centre);
-   entries are clamped into [l, h] and counted as in CLAMP_COUNT. */
-#define DEFINE_HEX_IN(NAME, XT)                                                                 \
-    CVFL_CLONES                                                                                \
-    static void NAME(const XT *xr, Py_ssize_t n, Py_ssize_t half, double l, double h,          \
-                     double s, double *RESTRICT X, double *RESTRICT Y, int64_t *nclip,         \
-                     int64_t *nbad) {                                                          \
-        int64_t clip = 0, bad = 0;                                                             \
-        Py_ssize_t m = n < half ? n : half;                                                    \
-        for (Py_ssize_t p = 0; p < m; p++) {                                                   \
-            double v0 = (double)xr[2 * p], v1 = (double)xr[2 * p + 1];                         \
-            CLAMP_COUNT(v0, l, h, clip, bad);                                                  \
-            CLAMP_COUNT(v1, l, h, clip, bad);                                                  \
-            double X0 = (v0 - l) * s - 0.5, Y0 = (v1 - l) * s - 0.5;                           \
-            X[p] = X0 >= -0.5 ? X0 : -0.5; /* NaN -> a box corner (the call raises) */        \
-            Y[p] = Y0 >= -0.5 ? Y0 : -0.5;                                                     \
-        }                                                                                      \
-        if (m < n) {                                                                           \
-            double v0 = (double)xr[2 * m];                                                     \
-            CLAMP_COUNT(v0, l, h, clip, bad);                                                  \
-            double X0 = (v0 - l) * s - 0.5;                                                    \
-            X[m] = X0 >= -0.5 ? X0 : -0.5;                                                     \
-            Y[m] = 0.0;                                                                        \
-        }                                                                                      \
-        *nclip += clip;                                                                        \
-        *nbad += bad;                                                                          \
-    }
-
-DEFINE_HEX_IN(hex_in_f32, float)
-DEFINE_HEX_IN(hex_in_f64, double)
-
-/* Row constants of the hexagonal quantizer: 1/span (0 for an empty range), span, centre. */
-static inline void hex_consts(double l, double h, double *inv, double *span, double *mid) {
-    *span = h - l;
-    *inv = *span > 0.0 ? 1.0 / *span : 0.0;
-    *mid = l + 0.5 * *span;
-}
-
-/* Load indices (from the wire) into k, clamped into the codebook; count the bad ones. */
-#define DEFINE_HEX_LOAD(NAME, IT)                                                               \
-    CVFL_CLONES                                                                                \
-    static int64_t NAME(const IT *idx, Py_ssize_t n, int32_t size, int32_t *k) {               \
-        int64_t bad = 0;                                                                       \
-        for (Py_ssize_t p = 0; p < n; p++) {                                                   \
-            int32_t v = (int32_t)idx[p];                                                       \
-            bad += v >= size;                                                                  \
-            k[p] = v < size ? v : size - 1;                                                    \
-        }                                                                                      \
-        return bad;                                                                            \
-    }
-
-DEFINE_HEX_LOAD(hex_load_u8, uint8_t)
-DEFINE_HEX_LOAD(hex_load_u16, uint16_t)
-
-/* The whole hexagonal quantizer: per row, blocks of HB pairs, each phase a simple loop. With
-   x == NULL the indices idx are read (decompress; counts[1] = indices outside the codebook);
-   else they are computed (and stored if idx; counts = clipped, non-finite entries). With y the
-   reconstruction is written. xt/yt: T_F32 or T_F64; it: T_U8 or T_U16. */
-CVFL_CLONES
-static void hex_run(const void *x, int xt, Py_ssize_t B, Py_ssize_t P, int rowmode,
-                    rowparam lo, rowparam hi, const hexcode *hc, int dither, uint64_t seed,
-                    void *idx, int it, void *y, int yt, int64_t *counts) {
-    const Py_ssize_t npairs = (P + 1) / 2;
-    double X[HB], Y[HB], ux[HB], uy[HB];
-    int32_t k[HB];
-    stream_t st;
-    stream_init(&st, seed);
-    counts[0] = counts[1] = 0;
-    for (Py_ssize_t b = 0; b < B; b++) {
-        double l, h, s, sp, md;
-        if (x != NULL && xt == T_F32)
-            ROW_BOUNDS(row_range_f32, rowmode, lo, hi, b, (const float *)x + b * P, P, l, h);
-        else if (x != NULL)
-            ROW_BOUNDS(row_range_f64, rowmode, lo, hi, b, (const double *)x + b * P, P, l, h);
-        else
-            l = ROW(lo, b), h = ROW(hi, b);
-        hex_consts(l, h, &s, &sp, &md);
-        for (Py_ssize_t p0 = 0; p0 < npairs; p0 += HB) {
-            Py_ssize_t n = npairs - p0 < HB ? npairs - p0 : HB;
-            Py_ssize_t half = P / 2 - p0; /* full pairs from p0 on */
-            Py_ssize_t g0 = b * npairs + p0;
-            if (dither) {
-                hex_dither_block(&st, n, hc->a, ux, uy);
-            } else {
-                memset(ux, 0, (size_t)n * sizeof(double));
-                memset(uy, 0, (size_t)n * sizeof(double));
-            }
-            if (x != NULL) {
-                if (xt == T_F32)
-                    hex_in_f32((const float *)x + b * P + 2 * p0, n, half, l, h, s, X, Y,
-                               &counts[0], &counts[1]);
-                else
-                    hex_in_f64((const double *)x + b * P + 2 * p0, n, half, l, h, s, X, Y,
-                               &counts[0], &counts[1]);
-                hex_nearest_block(X, Y, ux, uy, n, hc, k);
-                if (idx != NULL) {
-                    if (it == T_U8)
-                        for (Py_ssize_t p = 0; p < n; p++) ((uint8_t *)idx)[g0 + p] = (uint8_t)k[p];
-                    else
-                        for (Py_ssize_t p = 0; p < n; p++) ((uint16_t *)idx)[g0 + p] = (uint16_t)k[p];
-                }
-            } else if (it == T_U8) {
-                counts[1] += hex_load_u8((const uint8_t *)idx + g0, n, (int32_t)hc->size, k);
-            } else {
-                counts[1] += hex_load_u16((const uint16_t *)idx + g0, n, (int32_t)hc->size, k);
-            }
-            if (y != NULL) {
-                if (yt == T_F32) hex_out_f32(k, ux, uy, n, half, hc, sp, md, (float *)y + b * P + 2 * p0);
-                else hex_out_f64(k, ux, uy, n, half, hc, sp, md, (double *)y + b * P + 2 * p0);
-            }
-        }
-    }
-}
-
 /* Parse the codebook tuple (a, lut int32 (rows, width), rows, width, i0, j0, px, py, size). */
 static int get_hexcode(PyObject *cb, hexcode *hc, Py_buffer *lutv, Py_buffer *pxv,
                        Py_buffer *pyv) {
@@ -908,7 +574,7 @@ static PyObject *py_hex_quantize(PyObject *self, PyObject *args) {
     if (get_buffer(idxo, &idxv, 1, it, B * npairs, "idx", 1) < 0) goto done;
     if (get_buffer(yo, &yv, 1, yt, B * P, "y", 1) < 0) goto done;
     Py_BEGIN_ALLOW_THREADS
-    hex_run(xv.buf, xt, B, P, rowmode, lo, hi, &hc, dither, (uint64_t)seed, idxv.buf, it, yv.buf,
+    KT->hex_run(xv.buf, xt, B, P, rowmode, lo, hi, &hc, dither, (uint64_t)seed, idxv.buf, it, yv.buf,
             yt, counts);
     Py_END_ALLOW_THREADS
     ret = Py_BuildValue("(LL)", (long long)counts[0], (long long)counts[1]);
@@ -944,7 +610,7 @@ static PyObject *py_hex_dequantize(PyObject *self, PyObject *args) {
     if (get_rowparam(hio, &hiv, B, &hi, "hi") < 0) goto done;
     if (get_buffer(yo, &yv, 1, yt, B * P, "y", 0) < 0) goto done;
     Py_BEGIN_ALLOW_THREADS
-    hex_run(NULL, T_F32, B, P, 0, lo, hi, &hc, dither, (uint64_t)seed, idxv.buf, it, yv.buf, yt,
+    KT->hex_run(NULL, T_F32, B, P, 0, lo, hi, &hc, dither, (uint64_t)seed, idxv.buf, it, yv.buf, yt,
             counts);
     Py_END_ALLOW_THREADS
     if (counts[1] > 0) {
@@ -975,7 +641,7 @@ static PyObject *py_a2_nearest(PyObject *self, PyObject *args) {
     {
         const double *X = Xv.buf, *Y = Yv.buf;
         double *I = iv.buf, *J = jv.buf;
-        for (Py_ssize_t q = 0; q < n; q++) a2_nearest_scaled(X[q], Y[q], &I[q], &J[q]);
+        KT->a2_nearest(X, Y, n, I, J);
     }
     ret = Py_None;
     Py_INCREF(ret);
@@ -1002,13 +668,7 @@ static PyObject *py_hex_dither(PyObject *self, PyObject *args) {
     if (get_buffer(uxo, &uxv, 1, T_F64, n, "ux", 0) < 0) goto done;
     if (get_buffer(uyo, &uyv, 1, T_F64, n, "uy", 0) < 0) goto done;
     {
-        stream_t st;
-        stream_init(&st, (uint64_t)seed);
-        uint64_t skip[HB];
-        for (Py_ssize_t s0 = 0; s0 < g0; s0 += HB) stream_words(&st, skip, g0 - s0 < HB ? g0 - s0 : HB);
-        for (Py_ssize_t s0 = 0; s0 < n; s0 += HB)
-            hex_dither_block(&st, n - s0 < HB ? n - s0 : HB, a, (double *)uxv.buf + s0,
-                             (double *)uyv.buf + s0);
+        KT->hex_dither((uint64_t)seed, g0, n, a, (double *)uxv.buf, (double *)uyv.buf);
     }
     ret = Py_None;
     Py_INCREF(ret);
@@ -1031,14 +691,741 @@ static PyObject *py_dither_words(PyObject *self, PyObject *args) {
     Py_buffer ov;
     if (get_buffer(outo, &ov, 1, T_I32, n, "out", 0) < 0) return NULL;
     uint32_t *out = ov.buf;
-    stream_t st;
-    stream_init(&st, (uint64_t)seed);
-    uint32_t skip[BLOCK];
-    for (Py_ssize_t s = 0; s < e0; s += BLOCK) stream_halves(&st, skip, e0 - s < BLOCK ? e0 - s : BLOCK);
-    for (Py_ssize_t s = 0; s < n; s += BLOCK)
-        stream_halves(&st, out + s, n - s < BLOCK ? n - s : BLOCK);
+    KT->dither_words((uint64_t)seed, e0, n, out);
     release(&ov);
     Py_RETURN_NONE;
+}
+
+/* topk_select(x, xt, B, P, k, cols int32 (B, k), vals xt (B, k)) */
+static PyObject *py_topk_select(PyObject *self, PyObject *args) {
+    PyObject *xo, *colso, *valso;
+    int xt;
+    Py_ssize_t B, P, k;
+    if (!PyArg_ParseTuple(args, "OinnnOO", &xo, &xt, &B, &P, &k, &colso, &valso)) return NULL;
+    if ((xt != T_F32 && xt != T_F64) || k < 1 || k > P || P > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "topk_select: bad type code or k not in [1, P]");
+        return NULL;
+    }
+    Py_buffer xv, cv, vv;
+    xv.obj = cv.obj = vv.obj = NULL;
+    PyObject *ret = NULL;
+    void *keys = NULL;
+    if (get_buffer(xo, &xv, 0, xt, B * P, "x", 0) < 0) goto done;
+    if (get_buffer(colso, &cv, 1, T_I32, B * k, "cols", 0) < 0) goto done;
+    if (get_buffer(valso, &vv, 1, xt, B * k, "vals", 0) < 0) goto done;
+    /* keys (8P bytes), flags (P rounded up to 64, zero padded), 16-bit keys (2P bytes) */
+    Py_ssize_t nflags = (P + 63) / 64 * 64;
+    keys = PyMem_RawMalloc((size_t)(8 * P + nflags + 2 * P));
+    if (keys == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint8_t *sel = (uint8_t *)keys + 8 * P;
+    uint16_t *k16 = (uint16_t *)(sel + nflags);
+    memset(sel, 0, (size_t)nflags);
+    int64_t bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (xt == T_F32)
+        bad = KT->topk_f32((const float *)xv.buf, B, P, k, (int32_t *)keys, k16, sel,
+                       (int32_t *)cv.buf, (float *)vv.buf);
+    else
+        bad = KT->topk_f64((const double *)xv.buf, B, P, k, (int64_t *)keys, k16, sel,
+                       (int32_t *)cv.buf, (double *)vv.buf);
+    Py_END_ALLOW_THREADS
+    ret = PyLong_FromLongLong((long long)bad);
+done:
+    PyMem_RawFree(keys);
+    release(&xv); release(&cv); release(&vv);
+    return ret;
+}
+
+/* topk_scatter(cols int32 (B, k), vals (B, k), vt, B, P, k, y vt (B, P)) */
+static PyObject *py_topk_scatter(PyObject *self, PyObject *args) {
+    PyObject *colso, *valso, *yo;
+    int vt;
+    Py_ssize_t B, P, k;
+    if (!PyArg_ParseTuple(args, "OOinnnO", &colso, &valso, &vt, &B, &P, &k, &yo)) return NULL;
+    if ((vt != T_F32 && vt != T_F64) || k < 1 || k > P) {
+        PyErr_SetString(PyExc_ValueError, "topk_scatter: bad type code or k not in [1, P]");
+        return NULL;
+    }
+    Py_buffer cv, vv, yv;
+    cv.obj = vv.obj = yv.obj = NULL;
+    PyObject *ret = NULL;
+    if (get_buffer(colso, &cv, 0, T_I32, B * k, "cols", 0) < 0) goto done;
+    if (get_buffer(valso, &vv, 0, vt, B * k, "vals", 0) < 0) goto done;
+    if (get_buffer(yo, &yv, 1, vt, B * P, "y", 0) < 0) goto done;
+    {
+        const int32_t *c = cv.buf;
+        int64_t bad = 0;
+        for (Py_ssize_t q = 0; q < B * k; q++) bad += (c[q] < 0) | (c[q] >= P);
+        if (bad) {
+            PyErr_Format(PyExc_ValueError, "%lld top-k column indices not in [0, P) = [0, %zd)",
+                         (long long)bad, P);
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (vt == T_F32)
+        KT->scatter_f32((const int32_t *)cv.buf, (const float *)vv.buf, B, P, k, (float *)yv.buf);
+    else
+        KT->scatter_f64((const int32_t *)cv.buf, (const double *)vv.buf, B, P, k, (double *)yv.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release(&cv); release(&vv); release(&yv);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+
+#define MODULE_DOC                                                                              \
+    "The compiled kernels of the compressors (source: ``cvfl_theory/_kernels.c``).\n\n"          \
+    "One implementation of each kernel for float32 and float64 data (float16 is widened), "     \
+    "fused so that every entry is read and written once per side, with float64 arithmetic "    \
+    "and one final rounding to the output dtype. Only correctly rounded operations are used "  \
+    "and the module is built with ``-ffp-contract=off``, so every path (``avx512``, ``avx2``, "  \
+    "``portable``: chosen at import, the widest the CPU supports, or forced by the "            \
+    "environment variable ``CVFL_KERNEL_PATH``; ``path()`` names it), compiler and machine gives "     \
+    "the same bits.\n\n"                                                                        \
+    "**Shared dither.** The stream :math:`w_0, w_1, \\dots` of the message seed is "            \
+    "``xoshiro256**`` (Blackman and Vigna) run on 16 lanes, word :math:`n` being lane "              \
+    ":math:`n \\bmod 16` at its step :math:`\\lfloor n/16 \\rfloor`; lane :math:`l` starts from " \
+    "the SplitMix64 outputs :math:`4l, \\dots, 4l+3` of the seed. The scalar quantizer gives "   \
+    "entry :math:`e` of the row-major matrix :math:`U_e = (h_e + 1/2)\\,2^{-32}`, :math:`h_e` "   \
+    "the 32-bit half :math:`e \\bmod 2` (low half first) of :math:`w_{\\lfloor e/2 \\rfloor}`; "    \
+    "the hexagonal quantizer gives pair :math:`p` the top 23 bits of both halves of "           \
+    ":math:`w_p` (see :class:`~cvfl_theory.compressors.HexLatticeQuantizer`).\n\n"               \
+    "**Ranges.** A min-max range is computed in the same pass (row minima and maxima, rounded " \
+    "outwards to float32: what is sent); a given range clamps and counts clipped and "          \
+    "non-finite entries. The functions are private: the compressors validate the arguments, "  \
+    "the kernels check only buffer sizes and contiguity."
+
+static PyMethodDef methods[] = {
+    {"row_ranges", py_row_ranges, METH_VARARGS,
+     "row_ranges(x, xt, B, P, lo, hi): the float32 min-max range of every row, rounded outwards, "
+     "into float64 buffers (non-finite if the row holds NaN or inf)."},
+    {"scalar_quantize", py_scalar_quantize, METH_VARARGS,
+     "scalar_quantize(x, xt, B, P, rowmode, lo, hi, L, dither, seed, idx, it, y, yt) -> "
+     "(clipped, non-finite)"},
+    {"scalar_dequantize", py_scalar_dequantize, METH_VARARGS,
+     "scalar_dequantize(idx, it, B, P, lo, hi, L, dither, seed, y, yt)"},
+    {"hex_quantize", py_hex_quantize, METH_VARARGS,
+     "hex_quantize(x, xt, B, P, rowmode, lo, hi, codebook, dither, seed, idx, it, y, yt) -> "
+     "(clipped, non-finite)"},
+    {"hex_dequantize", py_hex_dequantize, METH_VARARGS,
+     "hex_dequantize(idx, it, B, P, lo, hi, codebook, dither, seed, y, yt)"},
+    {"a2_nearest", py_a2_nearest, METH_VARARGS, "a2_nearest(X, Y, n, i, j)"},
+    {"hex_dither", py_hex_dither, METH_VARARGS, "hex_dither(seed, g0, n, a, ux, uy)"},
+    {"dither_words", py_dither_words, METH_VARARGS, "dither_words(seed, e0, n, out)"},
+    {"topk_select", py_topk_select, METH_VARARGS,
+     "topk_select(x, xt, B, P, k, cols, vals) -> number of rows holding NaN or inf"},
+    {"topk_scatter", py_topk_scatter, METH_VARARGS, "topk_scatter(cols, vals, vt, B, P, k, y)"},
+    {"path", py_path, METH_NOARGS,
+     "path() -> the kernel path in use: 'avx512', 'avx2' or 'portable' (chosen at import: the "
+     "widest one the CPU supports, or the environment variable CVFL_KERNEL_PATH)."},
+    {"paths", py_paths, METH_NOARGS,
+     "paths() -> the kernel paths this CPU can run, widest first."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kernels", MODULE_DOC, -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void) {
+    if (choose_path() < 0) return NULL;
+    return PyModule_Create(&module);
+}
+
+
+#else /* CVFL_BODY: the kernels, compiled once per path (K(name), VL) */
+
+/* U for a 32-bit word: (w + 1/2) 2^-32, exact in float64 (via a signed conversion, which
+   vectorizes without a correction step: (w - 2^31) + 2^31 + 1/2). */
+static inline double K(unit32)(uint32_t w) {
+    return ((double)(int32_t)(w ^ 0x80000000u) + 2147483648.5) * 0x1p-32;
+}
+
+/* (k + 1/2) - U for the word w (U = unit32(w)) with one operation fewer: with s = w - 2^31 as a
+   signed integer, U = (s + 1/2) 2^-32 + 1/2, so (k + 1/2) - U = k - (s 2^-32 + 2^-33). Every step
+   is exact (s 2^-32 + 2^-33 has 33 significant bits; k < 2^16, so the difference has at most 49),
+   hence this is the same double as the direct formula. */
+static inline double K(centred)(double k, uint32_t w) {
+    return k - ((double)(int32_t)(w ^ 0x80000000u) * 0x1p-32 + 0x1p-33);
+}
+
+/* c ? a : b for doubles, as a bitwise select of their bits (the same value). Why not the ternary
+   operator: GCC (12, -ftrapping-math, its default) turns `c ? x - y : z - w` into a branch that
+   computes only the chosen difference, and then cannot vectorize the loop on AVX2 ("control
+   flow in loop"): undoing the branch would evaluate a floating-point operation the program may
+   not evaluate, which could raise a flag. AVX-512 has masked (predicated) arithmetic, so the
+   same loop vectorizes there. perf showed the hexagonal quantizer's nearest-point loop running
+   as scalar code (vaddsd, vcvttsd2si, vblendvpd on xmm registers) on the AVX2 path: that, and
+   the dither generator spilling its 16 ymm registers of state (see stream_steps), made the AVX2
+   path 2x to 4x slower than AVX-512 (HexLatticeQuantizer(3) compress + decompress of a
+   (4096, 256) float32 tensor: 15.6 ms built for x86-64-v3 against 7.7 ms for x86-64-v4, the
+   hexagonal dither alone 11x slower). An integer select of already computed values has nothing
+   to speculate. With it, the lane groups of stream_steps and the same-bits shortcuts of
+   hex_dither, hex_in (no clamp for a row's own range) and centred, the kernels of the same
+   compress + decompress take 3.8 ms on AVX2 and 2.5 ms on AVX-512 (the rest of the gap: half-
+   width double vectors and no 64-bit rotate, vprolq, on AVX2). */
+static inline double K(select)(int c, double a, double b) {
+    uint64_t ua, ub, m = (uint64_t)0 - (uint64_t)(c != 0);
+    memcpy(&ua, &a, 8);
+    memcpy(&ub, &b, 8);
+    ua = (ua & m) | (ub & ~m);
+    memcpy(&a, &ua, 8);
+    return a;
+}
+
+/* rint(v) (round half to even) for |v| < 2^51, exact without -ffast-math. */
+static inline double K(round_even)(double v) {
+    const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
+    return (v + magic) - magic;
+}
+
+static inline uint64_t K(rotl64)(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static void K(stream_init)(stream_t *st, uint64_t seed) {
+    for (int l = 0; l < LANES; l++) {
+        st->s0[l] = mix64(seed + (uint64_t)(4 * l + 1) * GAMMA);
+        st->s1[l] = mix64(seed + (uint64_t)(4 * l + 2) * GAMMA);
+        st->s2[l] = mix64(seed + (uint64_t)(4 * l + 3) * GAMMA);
+        st->s3[l] = mix64(seed + (uint64_t)(4 * l + 4) * GAMMA);
+    }
+    st->pos = LANES;
+    st->has_half = 0;
+    st->half = 0;
+}
+
+/* `steps` steps of every lane, outputs in stream order into out[0 .. steps * LANES). The state
+   lives in registers: the 16 lanes are run in groups of 2 * VL lanes (two vectors of VL 64-bit
+   lanes per state word, VL = 8 on AVX-512, 4 on AVX2, 2 on the portable path), one group after
+   the other over all `steps`, each group writing its columns of out. The lanes are independent,
+   so the grouping changes the order of the work, never a word of the stream: every path gives
+   the same bits. (GCC/clang vector extensions; a plain loop over the lanes elsewhere, or with
+   -DCVFL_NO_VECTOR_EXT -- same arithmetic, same bits.) Why the grouping: 16 lanes of four state
+   words are 64 words, i.e. 8 AVX-512 registers but 16 AVX2 registers -- all of them -- so an
+   AVX2 build of a 16-lane-wide step spills its state to the stack on every step (198 stack
+   accesses in that build of stream_words, 2 in this one; 3.3x faster); 8 lanes (8 ymm
+   registers) leave room for the temporaries. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(CVFL_NO_VECTOR_EXT)
+typedef uint64_t K(u64v) __attribute__((vector_size(8 * VL)));
+
+#define XOSHIRO_STEP(V, a, b, c, d, o)                                                          \
+    do {                                                                                       \
+        V r_ = (b << 2) + b;         /* s1 * 5 */                                              \
+        r_ = (r_ << 7) | (r_ >> 57); /* rotl 7 */                                              \
+        r_ = (r_ << 3) + r_;         /* * 9 */                                                 \
+        memcpy((o), &r_, sizeof r_);                                                           \
+        V t_ = b << 17;                                                                        \
+        c ^= a;                                                                                \
+        d ^= b;                                                                                \
+        b ^= c;                                                                                \
+        a ^= d;                                                                                \
+        c ^= t_;                                                                               \
+        d = (d << 45) | (d >> 19);                                                             \
+    } while (0)
+
+static ALWAYS_INLINE void K(stream_steps)(stream_t *st, Py_ssize_t steps,
+                                          unsigned char *RESTRICT out) {
+    const size_t sz = sizeof(K(u64v));
+    for (int g = 0; g < LANES; g += 2 * VL) {
+        K(u64v) a0, a1, b0, b1, c0, c1, d0, d1;
+        memcpy(&a0, st->s0 + g, sz), memcpy(&a1, st->s0 + g + VL, sz);
+        memcpy(&b0, st->s1 + g, sz), memcpy(&b1, st->s1 + g + VL, sz);
+        memcpy(&c0, st->s2 + g, sz), memcpy(&c1, st->s2 + g + VL, sz);
+        memcpy(&d0, st->s3 + g, sz), memcpy(&d1, st->s3 + g + VL, sz);
+        for (Py_ssize_t k = 0; k < steps; k++) {
+            XOSHIRO_STEP(K(u64v), a0, b0, c0, d0, out + 8 * (k * LANES + g));
+            XOSHIRO_STEP(K(u64v), a1, b1, c1, d1, out + 8 * (k * LANES + g + VL));
+        }
+        memcpy(st->s0 + g, &a0, sz), memcpy(st->s0 + g + VL, &a1, sz);
+        memcpy(st->s1 + g, &b0, sz), memcpy(st->s1 + g + VL, &b1, sz);
+        memcpy(st->s2 + g, &c0, sz), memcpy(st->s2 + g + VL, &c1, sz);
+        memcpy(st->s3 + g, &d0, sz), memcpy(st->s3 + g + VL, &d1, sz);
+    }
+}
+#else
+static ALWAYS_INLINE void K(stream_steps)(stream_t *st, Py_ssize_t steps,
+                                          unsigned char *RESTRICT out) {
+    for (Py_ssize_t k = 0; k < steps; k++) {
+        for (int l = 0; l < LANES; l++) {
+            uint64_t b = st->s1[l];
+            uint64_t r = K(rotl64)((b << 2) + b, 7); /* rotl(s1 * 5, 7) */
+            r = (r << 3) + r;                       /* * 9 */
+            memcpy(out + 8 * (k * LANES + l), &r, 8);
+            uint64_t t = b << 17;
+            st->s2[l] ^= st->s0[l];
+            st->s3[l] ^= b;
+            st->s1[l] = b ^ st->s2[l];
+            st->s0[l] ^= st->s3[l];
+            st->s2[l] ^= t;
+            st->s3[l] = K(rotl64)(st->s3[l], 45);
+        }
+    }
+}
+#endif
+
+/* The next n words of the stream. */
+static void K(stream_words)(stream_t *st, void *RESTRICT outv, Py_ssize_t n) {
+    unsigned char *RESTRICT out = outv; /* n words, stored with memcpy: any alignment */
+    Py_ssize_t i = 0;
+    for (; i < n && st->pos < LANES; i++) memcpy(out + 8 * i, &st->buf[st->pos++], 8);
+    Py_ssize_t full = (n - i) / LANES;
+    if (full > 0) {
+        K(stream_steps)(st, full, out + 8 * i);
+        i += full * LANES;
+    }
+    if (i < n) {
+        K(stream_steps)(st, 1, (unsigned char *)st->buf);
+        st->pos = 0;
+        for (; i < n; i++) memcpy(out + 8 * i, &st->buf[st->pos++], 8);
+    }
+}
+
+/* The next n 32-bit halves (low half of each word first), n <= BLOCK. On a little-endian
+   machine the halves of a word, low first, are its bytes in memory order: the words are
+   generated straight into out (no second pass). */
+static void K(stream_halves)(stream_t *st, uint32_t *RESTRICT out, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    if (n > 0 && st->has_half) {
+        out[i++] = st->half;
+        st->has_half = 0;
+    }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    K(stream_words)(st, out + i, (n - i) / 2);
+    if ((n - i) & 1) {
+        uint64_t w;
+        K(stream_words)(st, &w, 1);
+        out[n - 1] = (uint32_t)w;
+        st->half = (uint32_t)(w >> 32);
+        st->has_half = 1;
+    }
+#else
+    uint64_t w[BLOCK / 2 + 1];
+    Py_ssize_t nw = (n - i + 1) / 2;
+    K(stream_words)(st, w, nw);
+    for (Py_ssize_t j = 0; j < (n - i) / 2; j++) {
+        out[i + 2 * j] = (uint32_t)w[j];
+        out[i + 2 * j + 1] = (uint32_t)(w[j] >> 32);
+    }
+    if ((n - i) & 1) {
+        out[n - 1] = (uint32_t)w[nw - 1];
+        st->half = (uint32_t)(w[nw - 1] >> 32);
+        st->has_half = 1;
+    }
+#endif
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* ranges (C5.5)                                                                               */
+/* A min-max range is sent as two float32 per row, rounded outwards so it contains the row.    */
+/* Floats are compared as "sortable" integers: s ^ ((s >> (n-1)) & MAX) (s the IEEE bits as a  */
+/* signed integer) is increasing in the value (-0 just below +0, NaN beyond the infinities)    */
+/* and its own inverse, and integer min/max vectorize. A row holding NaN or inf gets a         */
+/* non-finite range.                                                                            */
+
+static inline double K(f32_down)(double v) { /* largest float32 <= v */
+    float f = (float)v;
+    return (double)f > v ? (double)nextafterf(f, -INFINITY) : (double)f;
+}
+
+static inline double K(f32_up)(double v) { /* smallest float32 >= v */
+    float f = (float)v;
+    return (double)f < v ? (double)nextafterf(f, INFINITY) : (double)f;
+}
+
+#define DEFINE_ROW_RANGE(NAME, XT, ST, SMAX)                                                    \
+    static inline void NAME(const XT *x, Py_ssize_t P, double *lo, double *hi) {               \
+        const ST *r = (const ST *)x;                                                           \
+        ST mn = SMAX, mx = -SMAX - 1;                                                          \
+        for (Py_ssize_t c = 0; c < P; c++) {                                                   \
+            ST key = r[c] ^ ((r[c] >> (sizeof(ST) * 8 - 1)) & SMAX);                           \
+            mn = key < mn ? key : mn;                                                          \
+            mx = key > mx ? key : mx;                                                          \
+        }                                                                                      \
+        mn ^= (mn >> (sizeof(ST) * 8 - 1)) & SMAX;                                             \
+        mx ^= (mx >> (sizeof(ST) * 8 - 1)) & SMAX;                                             \
+        XT fmn, fmx;                                                                           \
+        memcpy(&fmn, &mn, sizeof(XT));                                                         \
+        memcpy(&fmx, &mx, sizeof(XT));                                                         \
+        *lo = K(f32_down)((double)fmn);                                                           \
+        *hi = K(f32_up)((double)fmx);                                                             \
+    }
+
+DEFINE_ROW_RANGE(K(row_range_f32), float, int32_t, INT32_MAX)
+DEFINE_ROW_RANGE(K(row_range_f64), double, int64_t, INT64_MAX)
+
+#define DEFINE_ROW_RANGES(NAME, XT, RANGE)                                                      \
+    static void NAME(const XT *x, Py_ssize_t B, Py_ssize_t P, double *lo, double *hi) {         \
+        for (Py_ssize_t b = 0; b < B; b++) RANGE(x + b * P, P, &lo[b], &hi[b]);                \
+    }
+
+DEFINE_ROW_RANGES(K(row_ranges_f32), float, K(row_range_f32))
+DEFINE_ROW_RANGES(K(row_ranges_f64), double, K(row_range_f64))
+/* The range of row b: computed from the row (rowmode: min-max, stored into lo.v/hi.v, which
+   are then per-row output buffers) or given (fixed / per tensor). */
+#define ROW_BOUNDS(RANGE, rowmode, lo, hi, b, xr, P, l, h)                                      \
+    do {                                                                                       \
+        if (rowmode) {                                                                         \
+            RANGE(xr, P, &(l), &(h));                                                          \
+            ((double *)(lo).v)[b] = (l);                                                       \
+            ((double *)(hi).v)[b] = (h);                                                       \
+        } else {                                                                               \
+            (l) = ROW(lo, b);                                                                  \
+            (h) = ROW(hi, b);                                                                  \
+        }                                                                                      \
+    } while (0)
+
+/* Clamp v into [l, h] (NaN -> l) and count what had to be clipped and what is not finite. */
+#define CLAMP_COUNT(v, l, h, clip, bad)                                                         \
+    do {                                                                                       \
+        (clip) += ((v) < (l)) | ((v) > (h));                                                   \
+        (bad) += !((v) - (v) == 0.0);                                                          \
+        (v) = (v) >= (l) ? (v) : (l);                                                          \
+        (v) = (v) <= (h) ? (v) : (h);                                                          \
+    } while (0)
+
+/* ------------------------------------------------------------------------------------------- */
+/* scalar quantizer (C5.1)                                                                     */
+/*   Delta = (h - l)/L; t = (x - l)/Delta in [0, L]; k = min(floor(t + U), L) with dither, else */
+/*   min(floor(t + 1/2), L); reconstruction l + (k + 1/2 - U) Delta (dither) or l + k Delta.    */
+
+static inline void K(scalar_consts)(double l, double h, int32_t L, double *inv, double *step) {
+    double span = h - l;
+    *inv = span > 0.0 ? (double)L / span : 0.0;
+    *step = span / (double)L;
+}
+
+/* The quantize loop over the n entries of row b from column c0 (dither words from h32 + hoff);
+   HAS_IDX, HAS_Y, DITHER, CLAMP are constants, so every variant is a branch-free loop the
+   compiler vectorizes. CLAMP (given ranges): clamp into [l, h], count clipped and non-finite
+   entries; a row's own min-max range needs neither (a non-finite entry makes it non-finite,
+   which the caller checks, and t is then forced to 0). */
+#define SQ_LOOP(IT, YT, HAS_IDX, HAS_Y, DITHER, CLAMP)                                          \
+    for (Py_ssize_t i = 0; i < n; i++) {                                                       \
+        double u = DITHER ? K(unit32)(h32[hoff + i]) : 0.5; /* no dither: round to nearest */     \
+        double v = (double)xr[c0 + i];                                                         \
+        if (CLAMP) CLAMP_COUNT(v, l, h, clip, bad);                                            \
+        double t = (v - l) * s;                                                                \
+        t = t >= 0.0 ? t : 0.0;                                                                \
+        int32_t k = (int32_t)(t + u);                                                          \
+        k = k > L ? L : k;                                                                     \
+        if (HAS_IDX) idx[e0 + i] = (IT)k;                                                      \
+        if (HAS_Y)                                                                             \
+            y[e0 + i] = (YT)(DITHER ? l + (((double)k + 0.5) - u) * d                          \
+                                                : l + (double)k * d);                          \
+    }
+
+#define SQ_VARIANTS(IT, YT, DITHER, CLAMP)                                                      \
+    do {                                                                                       \
+        if (idx && y) SQ_LOOP(IT, YT, 1, 1, DITHER, CLAMP)                                     \
+        else if (idx) SQ_LOOP(IT, YT, 1, 0, DITHER, CLAMP)                                     \
+        else SQ_LOOP(IT, YT, 0, 1, DITHER, CLAMP)                                              \
+    } while (0)
+
+/* Row groups of at most BLOCK entries (one dither call per group), or chunks of one long row. */
+#define FOR_CHUNKS(B, P, ...) /* the body is the variadic argument (it has commas) */         \
+    do {                                                                                       \
+        Py_ssize_t rows_ = (P) <= BLOCK ? BLOCK / (P) : 1;                                     \
+        for (Py_ssize_t b0 = 0; b0 < (B); b0 += rows_) {                                       \
+            Py_ssize_t b1 = b0 + rows_ < (B) ? b0 + rows_ : (B);                               \
+            Py_ssize_t g0 = b0 * (P), gn = (P) <= BLOCK ? (b1 - b0) * (P) : 0;                 \
+            if (dither && gn) K(stream_halves)(&st, h32, gn);                                     \
+            for (Py_ssize_t b = b0; b < b1; b++) {                                             \
+                for (Py_ssize_t c0 = 0; c0 < (P); c0 += BLOCK) {                               \
+                    Py_ssize_t n = (P) - c0 < BLOCK ? (P) - c0 : BLOCK;                        \
+                    Py_ssize_t e0 = b * (P) + c0, hoff = gn ? e0 - g0 : 0;                     \
+                    if (dither && !gn) K(stream_halves)(&st, h32, n);                             \
+                    __VA_ARGS__                                                                \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+
+#define DEFINE_SCALAR_Q(NAME, XT, IT, YT, RANGE)                                                \
+    static void NAME(const XT *x, Py_ssize_t B, Py_ssize_t P, int rowmode, rowparam lo,        \
+                     rowparam hi, int32_t L, int dither, uint64_t seed, IT *idx, YT *y,        \
+                     int64_t *nclip, int64_t *nbad) {                                          \
+        uint32_t h32[BLOCK];                                                                   \
+        stream_t st;                                                                           \
+        K(stream_init)(&st, seed);                                                                \
+        int64_t clip = 0, bad = 0;                                                             \
+        Py_ssize_t cur = -1;                                                                   \
+        double l = 0, h = 0, s = 0, d = 0;                                                     \
+        FOR_CHUNKS(B, P, {                                                                     \
+            const XT *xr = x + b * P;                                                          \
+            if (b != cur) {                                                                    \
+                ROW_BOUNDS(RANGE, rowmode, lo, hi, b, xr, P, l, h);                            \
+                K(scalar_consts)(l, h, L, &s, &d);                                                \
+                cur = b;                                                                       \
+            }                                                                                  \
+            if (dither && rowmode) SQ_VARIANTS(IT, YT, 1, 0);                                  \
+            else if (dither) SQ_VARIANTS(IT, YT, 1, 1);                                        \
+            else if (rowmode) SQ_VARIANTS(IT, YT, 0, 0);                                       \
+            else SQ_VARIANTS(IT, YT, 0, 1);                                                    \
+        });                                                                                    \
+        *nclip = clip;                                                                         \
+        *nbad = bad;                                                                           \
+    }
+
+DEFINE_SCALAR_Q(K(sq_f32_u8_f32), float, uint8_t, float, K(row_range_f32))
+DEFINE_SCALAR_Q(K(sq_f32_u8_f64), float, uint8_t, double, K(row_range_f32))
+DEFINE_SCALAR_Q(K(sq_f32_u16_f32), float, uint16_t, float, K(row_range_f32))
+DEFINE_SCALAR_Q(K(sq_f32_u16_f64), float, uint16_t, double, K(row_range_f32))
+DEFINE_SCALAR_Q(K(sq_f64_u8_f32), double, uint8_t, float, K(row_range_f64))
+DEFINE_SCALAR_Q(K(sq_f64_u8_f64), double, uint8_t, double, K(row_range_f64))
+DEFINE_SCALAR_Q(K(sq_f64_u16_f32), double, uint16_t, float, K(row_range_f64))
+DEFINE_SCALAR_Q(K(sq_f64_u16_f64), double, uint16_t, double, K(row_range_f64))
+
+#define DEFINE_SCALAR_DQ(NAME, IT, YT)                                                          \
+    static void NAME(const IT *idx, Py_ssize_t B, Py_ssize_t P, rowparam lo, rowparam hi,      \
+                     int32_t L, int dither, uint64_t seed, YT *y) {                            \
+        uint32_t h32[BLOCK];                                                                   \
+        stream_t st;                                                                           \
+        K(stream_init)(&st, seed);                                                                \
+        FOR_CHUNKS(B, P, {                                                                     \
+            const double l = ROW(lo, b), h = ROW(hi, b);                                       \
+            double s, d;                                                                       \
+            K(scalar_consts)(l, h, L, &s, &d);                                                    \
+            if (dither) {                                                                      \
+                for (Py_ssize_t i = 0; i < n; i++) {                                           \
+                    double c = K(centred)((double)idx[e0 + i], h32[hoff + i]);                    \
+                    y[e0 + i] = (YT)(l + c * d);                                               \
+                }                                                                              \
+            } else {                                                                           \
+                for (Py_ssize_t i = 0; i < n; i++) y[e0 + i] = (YT)(l + (double)idx[e0 + i] * d); \
+            }                                                                                  \
+        });                                                                                    \
+    }
+
+DEFINE_SCALAR_DQ(K(sdq_u8_f32), uint8_t, float)
+DEFINE_SCALAR_DQ(K(sdq_u8_f64), uint8_t, double)
+DEFINE_SCALAR_DQ(K(sdq_u16_f32), uint16_t, float)
+DEFINE_SCALAR_DQ(K(sdq_u16_f64), uint16_t, double)
+/* ------------------------------------------------------------------------------------------- */
+/* hexagonal lattice A_2 (C5.2, C5.3)                                                          */
+/* Lattice of minimum distance a: i b1 + j b2, b1 = a (1, 0), b2 = a (1/2, sqrt3/2).           */
+
+#define SQRT3 1.7320508075688772
+
+/* Nearest lattice point (i, j) of the point (X a, Y sqrt3 a) (scaled coordinates), two cosets:
+   the rectangular lattice a(Z x sqrt3 Z) and its translate by b2; the closer candidate wins
+   (ties to the first coset). */
+static inline void K(a2_nearest_scaled)(double X, double Y, double *i, double *j) {
+    double m0 = K(round_even)(X), n0 = K(round_even)(Y);
+    double X1 = X - 0.5, Y1 = Y - 0.5;
+    double m1 = K(round_even)(X1), n1 = K(round_even)(Y1);
+    double dx0 = X - m0, dy0 = Y - n0, dx1 = X1 - m1, dy1 = Y1 - n1;
+    double d0 = dx0 * dx0 + 3.0 * (dy0 * dy0);
+    double d1 = dx1 * dx1 + 3.0 * (dy1 * dy1);
+    double i0 = m0 - n0, i1 = m1 - n1, j0 = 2.0 * n0, j1 = 2.0 * n1 + 1.0;
+    int use1 = d1 < d0;
+    *i = K(select)(use1, i1, i0); /* not `use1 ? i1 : i0`: see K(select) */
+    *j = K(select)(use1, j1, j0);
+}
+
+/* Dither of one pair from its word w: u = z - Q(z) with z = alpha b1 + beta b2 in the rhombus,
+   alpha = (2A + 1) 2^-24, beta = (2A' + 1) 2^-24 where A, A' are the top 23 bits of the low and
+   high 32-bit halves of w: uniform on 2^46 grid midpoints of the rhombus, so u is uniform on the
+   corresponding points of the Voronoi cell (second moment within 2^-46 of the continuous one).
+   The reduction is exact, in integers (units 2^-24): the upper triangle (alpha + beta > 1) is
+   reflected onto the lower one (u -> -u); in the lower triangle (0, b1, b2) the nearest vertex is
+   0 if 2 alpha + beta < 1 and alpha + 2 beta < 1 (never equal: both sides are odd), else b1 if
+   alpha > beta, else b2. Cartesian coordinates out (float64: one rounding each). */
+/* a25 = a 2^-25 and c24 = (a sqrt3/2) 2^-24 (see hex_dither_block). */
+static inline void K(hex_dither)(uint64_t w, double a25, double c24, double *ux, double *uy) {
+    const int32_t one = 1 << 24;
+    int32_t al = (int32_t)(((uint32_t)w >> 9) * 2u + 1u);
+    int32_t be = (int32_t)(((uint32_t)(w >> 32) >> 9) * 2u + 1u);
+    int32_t flip = al + be > one;
+    al = flip ? one - al : al;
+    be = flip ? one - be : be;
+    int32_t out0 = (2 * al + be > one) | (al + 2 * be > one);
+    int32_t g = al > be;
+    al -= (out0 & g) ? one : 0;
+    be -= (out0 & !g) ? one : 0;
+    al = flip ? -al : al;
+    be = flip ? -be : be;
+    /* ux = a (A + Bt/2), uy = (a sqrt3/2) Bt with A = al 2^-24, Bt = be 2^-24: A + Bt/2 is
+       (2 al + be) 2^-25 exactly and scaling by a power of two is exact, so each coordinate is
+       one correctly rounded product of the same two reals as in that formula: */
+    *ux = a25 * (double)(2 * al + be);
+    *uy = c24 * (double)be;
+}
+
+/* Dither of the next n pairs (Cartesian, unit box) into ux, uy: one stream word per pair. */
+NOINLINE static void K(hex_dither_block)(stream_t *st, Py_ssize_t n, double a, double *RESTRICT ux,
+                             double *RESTRICT uy) {
+    uint64_t w[HB];
+    K(stream_words)(st, w, n);
+    const double a25 = a * 0x1p-25, c24 = (a * (SQRT3 / 2.0)) * 0x1p-24; /* exact scalings */
+    for (Py_ssize_t p = 0; p < n; p++) K(hex_dither)(w[p], a25, c24, &ux[p], &uy[p]);
+}
+
+/* Codeword indices of the points (X + ux, Y + uy) of the centred unit box. */
+NOINLINE static void K(hex_nearest_block)(const double *RESTRICT X, const double *RESTRICT Y,
+                              const double *RESTRICT ux, const double *RESTRICT uy, Py_ssize_t n,
+                              const hexcode *hc, int32_t *RESTRICT k) {
+    const double ia = 1.0 / hc->a, isa = 1.0 / (SQRT3 * hc->a);
+    const double imax = (double)(hc->width - 1), jmax = (double)(hc->rows - 1);
+    const double i0 = hc->i0, j0 = hc->j0;
+    const double dwidth = (double)hc->width;
+    const int32_t *RESTRICT lut = hc->lut;
+    for (Py_ssize_t p = 0; p < n; p++) {
+        double i, j;
+        K(a2_nearest_scaled)((X[p] + ux[p]) * ia, (Y[p] + uy[p]) * isa, &i, &j);
+        double ii = i - i0, jj = j - j0;
+        ii = ii < 0.0 ? 0.0 : ii;
+        ii = ii > imax ? imax : ii;
+        jj = jj < 0.0 ? 0.0 : jj;
+        jj = jj > jmax ? jmax : jj;
+        k[p] = (int32_t)(jj * dwidth + ii); /* exact: small integers */
+    }
+    for (Py_ssize_t p = 0; p < n; p++) k[p] = lut[k[p]];
+}
+
+/* Reconstruct: y[2p] = (px[k] - ux) sp + md, y[2p + 1] likewise for p < half. */
+#define DEFINE_HEX_OUT(NAME, YT)                                                                \
+    NOINLINE                                                                                   \
+    static void NAME(const int32_t *RESTRICT k, const double *RESTRICT ux,                     \
+                     const double *RESTRICT uy, Py_ssize_t n,                                  \
+                     Py_ssize_t half, const hexcode *hc, double sp, double md, YT *RESTRICT y) {\
+        const double *RESTRICT px = hc->px, *RESTRICT py = hc->py;                             \
+        Py_ssize_t m = n < half ? n : half;                                                    \
+        for (Py_ssize_t p = 0; p < m; p++) {                                                   \
+            y[2 * p] = (YT)((px[k[p]] - ux[p]) * sp + md);                                     \
+            y[2 * p + 1] = (YT)((py[k[p]] - uy[p]) * sp + md);                                 \
+        }                                                                                      \
+        if (m < n) y[2 * m] = (YT)((px[k[m]] - ux[m]) * sp + md);                              \
+    }
+
+DEFINE_HEX_OUT(K(hex_out_f32), float)
+DEFINE_HEX_OUT(K(hex_out_f64), double)
+
+/* Centred unit-box coordinates of the pairs p0 .. p0 + n - 1 of a row (padding: the centre);
+   entries are clamped into [l, h] and counted as in CLAMP_COUNT. */
+#define HEX_IN_LOOP(CLAMP)                                                                      \
+    for (Py_ssize_t p = 0; p < m; p++) {                                                       \
+        double v0 = (double)xr[2 * p], v1 = (double)xr[2 * p + 1];                             \
+        if (CLAMP) {                                                                           \
+            CLAMP_COUNT(v0, l, h, clip, bad);                                                  \
+            CLAMP_COUNT(v1, l, h, clip, bad);                                                  \
+        }                                                                                      \
+        double X0 = (v0 - l) * s - 0.5, Y0 = (v1 - l) * s - 0.5;                               \
+        X[p] = X0 >= -0.5 ? X0 : -0.5; /* NaN -> a box corner (the call raises) */            \
+        Y[p] = Y0 >= -0.5 ? Y0 : -0.5;                                                         \
+    }
+
+/* clamp = 0 (a row's own min-max range, which contains every finite entry of the row: the
+   clamp would change nothing; a non-finite entry makes the range non-finite, which the caller
+   checks) skips the clamp and the counts. */
+#define DEFINE_HEX_IN(NAME, XT)                                                                 \
+    NOINLINE                                                                                   \
+    static void NAME(const XT *xr, Py_ssize_t n, Py_ssize_t half, double l, double h,          \
+                     double s, int clamp, double *RESTRICT X, double *RESTRICT Y,              \
+                     int64_t *nclip, int64_t *nbad) {                                          \
+        int64_t clip = 0, bad = 0;                                                             \
+        Py_ssize_t m = n < half ? n : half;                                                    \
+        if (clamp) HEX_IN_LOOP(1)                                                              \
+        else HEX_IN_LOOP(0)                                                                    \
+        if (m < n) {                                                                           \
+            double v0 = (double)xr[2 * m];                                                     \
+            CLAMP_COUNT(v0, l, h, clip, bad);                                                  \
+            double X0 = (v0 - l) * s - 0.5;                                                    \
+            X[m] = X0 >= -0.5 ? X0 : -0.5;                                                     \
+            Y[m] = 0.0;                                                                        \
+        }                                                                                      \
+        *nclip += clip;                                                                        \
+        *nbad += bad;                                                                          \
+    }
+
+DEFINE_HEX_IN(K(hex_in_f32), float)
+DEFINE_HEX_IN(K(hex_in_f64), double)
+
+/* Row constants of the hexagonal quantizer: 1/span (0 for an empty range), span, centre. */
+static inline void K(hex_consts)(double l, double h, double *inv, double *span, double *mid) {
+    *span = h - l;
+    *inv = *span > 0.0 ? 1.0 / *span : 0.0;
+    *mid = l + 0.5 * *span;
+}
+
+/* Load indices (from the wire) into k, clamped into the codebook; count the bad ones. */
+#define DEFINE_HEX_LOAD(NAME, IT)                                                               \
+    NOINLINE                                                                                   \
+    static int64_t NAME(const IT *idx, Py_ssize_t n, int32_t size, int32_t *k) {               \
+        int64_t bad = 0;                                                                       \
+        for (Py_ssize_t p = 0; p < n; p++) {                                                   \
+            int32_t v = (int32_t)idx[p];                                                       \
+            bad += v >= size;                                                                  \
+            k[p] = v < size ? v : size - 1;                                                    \
+        }                                                                                      \
+        return bad;                                                                            \
+    }
+
+DEFINE_HEX_LOAD(K(hex_load_u8), uint8_t)
+DEFINE_HEX_LOAD(K(hex_load_u16), uint16_t)
+
+/* The whole hexagonal quantizer: per row, blocks of HB pairs, each phase a simple loop. With
+   x == NULL the indices idx are read (decompress; counts[1] = indices outside the codebook);
+   else they are computed (and stored if idx; counts = clipped, non-finite entries). With y the
+   reconstruction is written. xt/yt: T_F32 or T_F64; it: T_U8 or T_U16. */
+static void K(hex_run)(const void *x, int xt, Py_ssize_t B, Py_ssize_t P, int rowmode,
+                    rowparam lo, rowparam hi, const hexcode *hc, int dither, uint64_t seed,
+                    void *idx, int it, void *y, int yt, int64_t *counts) {
+    const Py_ssize_t npairs = (P + 1) / 2;
+    double X[HB], Y[HB], ux[HB], uy[HB];
+    int32_t k[HB];
+    stream_t st;
+    K(stream_init)(&st, seed);
+    counts[0] = counts[1] = 0;
+    for (Py_ssize_t b = 0; b < B; b++) {
+        double l, h, s, sp, md;
+        if (x != NULL && xt == T_F32)
+            ROW_BOUNDS(K(row_range_f32), rowmode, lo, hi, b, (const float *)x + b * P, P, l, h);
+        else if (x != NULL)
+            ROW_BOUNDS(K(row_range_f64), rowmode, lo, hi, b, (const double *)x + b * P, P, l, h);
+        else
+            l = ROW(lo, b), h = ROW(hi, b);
+        K(hex_consts)(l, h, &s, &sp, &md);
+        for (Py_ssize_t p0 = 0; p0 < npairs; p0 += HB) {
+            Py_ssize_t n = npairs - p0 < HB ? npairs - p0 : HB;
+            Py_ssize_t half = P / 2 - p0; /* full pairs from p0 on */
+            Py_ssize_t g0 = b * npairs + p0;
+            if (dither) {
+                K(hex_dither_block)(&st, n, hc->a, ux, uy);
+            } else {
+                memset(ux, 0, (size_t)n * sizeof(double));
+                memset(uy, 0, (size_t)n * sizeof(double));
+            }
+            if (x != NULL) {
+                if (xt == T_F32)
+                    K(hex_in_f32)((const float *)x + b * P + 2 * p0, n, half, l, h, s, !rowmode, X, Y,
+                               &counts[0], &counts[1]);
+                else
+                    K(hex_in_f64)((const double *)x + b * P + 2 * p0, n, half, l, h, s, !rowmode, X, Y,
+                               &counts[0], &counts[1]);
+                K(hex_nearest_block)(X, Y, ux, uy, n, hc, k);
+                if (idx != NULL) {
+                    if (it == T_U8)
+                        for (Py_ssize_t p = 0; p < n; p++) ((uint8_t *)idx)[g0 + p] = (uint8_t)k[p];
+                    else
+                        for (Py_ssize_t p = 0; p < n; p++) ((uint16_t *)idx)[g0 + p] = (uint16_t)k[p];
+                }
+            } else if (it == T_U8) {
+                counts[1] += K(hex_load_u8)((const uint8_t *)idx + g0, n, (int32_t)hc->size, k);
+            } else {
+                counts[1] += K(hex_load_u16)((const uint16_t *)idx + g0, n, (int32_t)hc->size, k);
+            }
+            if (y != NULL) {
+                if (yt == T_F32) K(hex_out_f32)(k, ux, uy, n, half, hc, sp, md, (float *)y + b * P + 2 * p0);
+                else K(hex_out_f64)(k, ux, uy, n, half, hc, sp, md, (double *)y + b * P + 2 * p0);
+            }
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------------------------- */
@@ -1048,7 +1435,7 @@ static PyObject *py_dither_words(PyObject *self, PyObject *args) {
 /* keys are >= T; kept: keys > T, then keys == T in column order until k are kept.             */
 
 /* The 8 flags (bytes 0/1) at p as the bits of an integer, flag i -> bit i. */
-static inline uint64_t PACK8(const uint8_t *p) {
+static inline uint64_t K(PACK8)(const uint8_t *p) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     uint64_t w;
     memcpy(&w, p, 8);
@@ -1077,7 +1464,6 @@ static inline uint64_t PACK8(const uint8_t *p) {
     }
 
 #define DEFINE_TOPK(NAME, XT, KT, UKT, NBITS, SHIFT, EXPMASK)                                   \
-    CVFL_CLONES                                                                                \
     static int64_t NAME(const XT *x, Py_ssize_t B, Py_ssize_t P, Py_ssize_t k, KT *keys,       \
                         uint16_t *k16, uint8_t *sel, int32_t *cols, XT *vals) {                \
         const UKT mask = ((UKT)1 << (NBITS - 1)) - 1;                                          \
@@ -1113,7 +1499,7 @@ static inline uint64_t PACK8(const uint8_t *p) {
                 Py_ssize_t m = 0;                                                              \
                 for (Py_ssize_t c0 = 0; c0 < P; c0 += 64) {                                    \
                     uint64_t bits = 0;                                                         \
-                    for (int i = 0; i < 8; i++) bits |= PACK8(sel + c0 + 8 * i) << (8 * i);   \
+                    for (int i = 0; i < 8; i++) bits |= K(PACK8)(sel + c0 + 8 * i) << (8 * i);   \
                     while (bits) {                                                             \
                         Py_ssize_t c = c0 + CTZ64(bits);                                       \
                         oc[m] = (int32_t)c;                                                    \
@@ -1140,54 +1526,9 @@ static inline uint64_t PACK8(const uint8_t *p) {
         return bad_rows;                                                                       \
     }
 
-DEFINE_TOPK(topk_f32, float, int32_t, uint32_t, 32, 15, 0x7F800000)
-DEFINE_TOPK(topk_f64, double, int64_t, uint64_t, 64, 47, 0x7FF0000000000000LL)
-
-/* topk_select(x, xt, B, P, k, cols int32 (B, k), vals xt (B, k)) */
-static PyObject *py_topk_select(PyObject *self, PyObject *args) {
-    PyObject *xo, *colso, *valso;
-    int xt;
-    Py_ssize_t B, P, k;
-    if (!PyArg_ParseTuple(args, "OinnnOO", &xo, &xt, &B, &P, &k, &colso, &valso)) return NULL;
-    if ((xt != T_F32 && xt != T_F64) || k < 1 || k > P || P > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "topk_select: bad type code or k not in [1, P]");
-        return NULL;
-    }
-    Py_buffer xv, cv, vv;
-    xv.obj = cv.obj = vv.obj = NULL;
-    PyObject *ret = NULL;
-    void *keys = NULL;
-    if (get_buffer(xo, &xv, 0, xt, B * P, "x", 0) < 0) goto done;
-    if (get_buffer(colso, &cv, 1, T_I32, B * k, "cols", 0) < 0) goto done;
-    if (get_buffer(valso, &vv, 1, xt, B * k, "vals", 0) < 0) goto done;
-    /* keys (8P bytes), flags (P rounded up to 64, zero padded), 16-bit keys (2P bytes) */
-    Py_ssize_t nflags = (P + 63) / 64 * 64;
-    keys = PyMem_RawMalloc((size_t)(8 * P + nflags + 2 * P));
-    if (keys == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    uint8_t *sel = (uint8_t *)keys + 8 * P;
-    uint16_t *k16 = (uint16_t *)(sel + nflags);
-    memset(sel, 0, (size_t)nflags);
-    int64_t bad = 0;
-    Py_BEGIN_ALLOW_THREADS
-    if (xt == T_F32)
-        bad = topk_f32((const float *)xv.buf, B, P, k, (int32_t *)keys, k16, sel,
-                       (int32_t *)cv.buf, (float *)vv.buf);
-    else
-        bad = topk_f64((const double *)xv.buf, B, P, k, (int64_t *)keys, k16, sel,
-                       (int32_t *)cv.buf, (double *)vv.buf);
-    Py_END_ALLOW_THREADS
-    ret = PyLong_FromLongLong((long long)bad);
-done:
-    PyMem_RawFree(keys);
-    release(&xv); release(&cv); release(&vv);
-    return ret;
-}
-
+DEFINE_TOPK(K(topk_f32), float, int32_t, uint32_t, 32, 15, 0x7F800000)
+DEFINE_TOPK(K(topk_f64), double, int64_t, uint64_t, 64, 47, 0x7FF0000000000000LL)
 #define DEFINE_SCATTER(NAME, VT)                                                                \
-    CVFL_CLONES                                                                                \
     static void NAME(const int32_t *cols, const VT *vals, Py_ssize_t B, Py_ssize_t P,          \
                      Py_ssize_t k, VT *y) {                                                    \
         for (Py_ssize_t b = 0; b < B; b++) {                                                   \
@@ -1197,95 +1538,49 @@ done:
         }                                                                                      \
     }
 
-DEFINE_SCATTER(scatter_f32, float)
-DEFINE_SCATTER(scatter_f64, double)
+DEFINE_SCATTER(K(scatter_f32), float)
+DEFINE_SCATTER(K(scatter_f64), double)
 
-/* topk_scatter(cols int32 (B, k), vals (B, k), vt, B, P, k, y vt (B, P)) */
-static PyObject *py_topk_scatter(PyObject *self, PyObject *args) {
-    PyObject *colso, *valso, *yo;
-    int vt;
-    Py_ssize_t B, P, k;
-    if (!PyArg_ParseTuple(args, "OOinnnO", &colso, &valso, &vt, &B, &P, &k, &yo)) return NULL;
-    if ((vt != T_F32 && vt != T_F64) || k < 1 || k > P) {
-        PyErr_SetString(PyExc_ValueError, "topk_scatter: bad type code or k not in [1, P]");
-        return NULL;
-    }
-    Py_buffer cv, vv, yv;
-    cv.obj = vv.obj = yv.obj = NULL;
-    PyObject *ret = NULL;
-    if (get_buffer(colso, &cv, 0, T_I32, B * k, "cols", 0) < 0) goto done;
-    if (get_buffer(valso, &vv, 0, vt, B * k, "vals", 0) < 0) goto done;
-    if (get_buffer(yo, &yv, 1, vt, B * P, "y", 0) < 0) goto done;
-    {
-        const int32_t *c = cv.buf;
-        int64_t bad = 0;
-        for (Py_ssize_t q = 0; q < B * k; q++) bad += (c[q] < 0) | (c[q] >= P);
-        if (bad) {
-            PyErr_Format(PyExc_ValueError, "%lld top-k column indices not in [0, P) = [0, %zd)",
-                         (long long)bad, P);
-            goto done;
-        }
-    }
-    Py_BEGIN_ALLOW_THREADS
-    if (vt == T_F32)
-        scatter_f32((const int32_t *)cv.buf, (const float *)vv.buf, B, P, k, (float *)yv.buf);
-    else
-        scatter_f64((const int32_t *)cv.buf, (const double *)vv.buf, B, P, k, (double *)yv.buf);
-    Py_END_ALLOW_THREADS
-    ret = Py_None;
-    Py_INCREF(ret);
-done:
-    release(&cv); release(&vv); release(&yv);
-    return ret;
+/* The scalar quantizer's words h_e, e = e0 .. e0 + n - 1 (the stream from its start). */
+static void K(dither_words_run)(uint64_t seed, Py_ssize_t e0, Py_ssize_t n, uint32_t *out) {
+    stream_t st;
+    K(stream_init)(&st, seed);
+    uint32_t skip[BLOCK];
+    for (Py_ssize_t s = 0; s < e0; s += BLOCK)
+        K(stream_halves)(&st, skip, e0 - s < BLOCK ? e0 - s : BLOCK);
+    for (Py_ssize_t s = 0; s < n; s += BLOCK)
+        K(stream_halves)(&st, out + s, n - s < BLOCK ? n - s : BLOCK);
 }
 
-/* ------------------------------------------------------------------------------------------- */
+/* The hexagonal quantizer's dither of pairs g0 .. g0 + n - 1 (the stream from its start). */
+static void K(hex_dither_run)(uint64_t seed, Py_ssize_t g0, Py_ssize_t n, double a, double *ux,
+                              double *uy) {
+    stream_t st;
+    K(stream_init)(&st, seed);
+    uint64_t skip[HB];
+    for (Py_ssize_t s0 = 0; s0 < g0; s0 += HB)
+        K(stream_words)(&st, skip, g0 - s0 < HB ? g0 - s0 : HB);
+    for (Py_ssize_t s0 = 0; s0 < n; s0 += HB)
+        K(hex_dither_block)(&st, n - s0 < HB ? n - s0 : HB, a, ux + s0, uy + s0);
+}
 
-#define MODULE_DOC                                                                              \
-    "The compiled kernels of the compressors (source: ``cvfl_theory/_kernels.c``).\n\n"          \
-    "One implementation of each kernel for float32 and float64 data (float16 is widened), "     \
-    "fused so that every entry is read and written once per side, with float64 arithmetic "    \
-    "and one final rounding to the output dtype. Only correctly rounded operations are used "  \
-    "and the module is built with ``-ffp-contract=off``, so every build (AVX-512, AVX2 or "     \
-    "baseline x86-64 clone, any machine) gives the same bits.\n\n"                              \
-    "**Shared dither.** The stream :math:`w_0, w_1, \\dots` of the message seed is "            \
-    "``xoshiro256**`` (Blackman and Vigna) run on 16 lanes, word :math:`n` being lane "              \
-    ":math:`n \\bmod 16` at its step :math:`\\lfloor n/16 \\rfloor`; lane :math:`l` starts from " \
-    "the SplitMix64 outputs :math:`4l, \\dots, 4l+3` of the seed. The scalar quantizer gives "   \
-    "entry :math:`e` of the row-major matrix :math:`U_e = (h_e + 1/2)\\,2^{-32}`, :math:`h_e` "   \
-    "the 32-bit half :math:`e \\bmod 2` (low half first) of :math:`w_{\\lfloor e/2 \\rfloor}`; "    \
-    "the hexagonal quantizer gives pair :math:`p` the top 23 bits of both halves of "           \
-    ":math:`w_p` (see :class:`~cvfl_theory.compressors.HexLatticeQuantizer`).\n\n"               \
-    "**Ranges.** A min-max range is computed in the same pass (row minima and maxima, rounded " \
-    "outwards to float32: what is sent); a given range clamps and counts clipped and "          \
-    "non-finite entries. The functions are private: the compressors validate the arguments, "  \
-    "the kernels check only buffer sizes and contiguity."
+static void K(a2_nearest_run)(const double *X, const double *Y, Py_ssize_t n, double *I,
+                              double *J) {
+    for (Py_ssize_t q = 0; q < n; q++) K(a2_nearest_scaled)(X[q], Y[q], &I[q], &J[q]);
+}
 
-static PyMethodDef methods[] = {
-    {"row_ranges", py_row_ranges, METH_VARARGS,
-     "row_ranges(x, xt, B, P, lo, hi): the float32 min-max range of every row, rounded outwards, "
-     "into float64 buffers (non-finite if the row holds NaN or inf)."},
-    {"scalar_quantize", py_scalar_quantize, METH_VARARGS,
-     "scalar_quantize(x, xt, B, P, rowmode, lo, hi, L, dither, seed, idx, it, y, yt) -> "
-     "(clipped, non-finite)"},
-    {"scalar_dequantize", py_scalar_dequantize, METH_VARARGS,
-     "scalar_dequantize(idx, it, B, P, lo, hi, L, dither, seed, y, yt)"},
-    {"hex_quantize", py_hex_quantize, METH_VARARGS,
-     "hex_quantize(x, xt, B, P, rowmode, lo, hi, codebook, dither, seed, idx, it, y, yt) -> "
-     "(clipped, non-finite)"},
-    {"hex_dequantize", py_hex_dequantize, METH_VARARGS,
-     "hex_dequantize(idx, it, B, P, lo, hi, codebook, dither, seed, y, yt)"},
-    {"a2_nearest", py_a2_nearest, METH_VARARGS, "a2_nearest(X, Y, n, i, j)"},
-    {"hex_dither", py_hex_dither, METH_VARARGS, "hex_dither(seed, g0, n, a, ux, uy)"},
-    {"dither_words", py_dither_words, METH_VARARGS, "dither_words(seed, e0, n, out)"},
-    {"topk_select", py_topk_select, METH_VARARGS,
-     "topk_select(x, xt, B, P, k, cols, vals) -> number of rows holding NaN or inf"},
-    {"topk_scatter", py_topk_scatter, METH_VARARGS, "topk_scatter(cols, vals, vt, B, P, k, y)"},
-    {NULL, NULL, 0, NULL},
+static const kernels_t K(table) = {
+    .row_ranges_f32 = K(row_ranges_f32), .row_ranges_f64 = K(row_ranges_f64),
+    .sq_f32_u8_f32 = K(sq_f32_u8_f32), .sq_f32_u8_f64 = K(sq_f32_u8_f64),
+    .sq_f32_u16_f32 = K(sq_f32_u16_f32), .sq_f32_u16_f64 = K(sq_f32_u16_f64),
+    .sq_f64_u8_f32 = K(sq_f64_u8_f32), .sq_f64_u8_f64 = K(sq_f64_u8_f64),
+    .sq_f64_u16_f32 = K(sq_f64_u16_f32), .sq_f64_u16_f64 = K(sq_f64_u16_f64),
+    .sdq_u8_f32 = K(sdq_u8_f32), .sdq_u8_f64 = K(sdq_u8_f64),
+    .sdq_u16_f32 = K(sdq_u16_f32), .sdq_u16_f64 = K(sdq_u16_f64),
+    .hex_run = K(hex_run), .topk_f32 = K(topk_f32), .topk_f64 = K(topk_f64),
+    .scatter_f32 = K(scatter_f32), .scatter_f64 = K(scatter_f64),
+    .dither_words = K(dither_words_run), .hex_dither = K(hex_dither_run),
+    .a2_nearest = K(a2_nearest_run),
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_kernels", MODULE_DOC, -1, methods,
-};
-
-PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
+#endif /* CVFL_BODY */

@@ -6,7 +6,15 @@ stable-sort top-k), for the error laws of C5.1/C5.2, for float32/float64 agreeme
 ``roundtrip`` being bit-identical to ``decompress(compress(x))``.
 """
 
+import importlib.util
+import json
 import math
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -323,44 +331,197 @@ def test_minmax_range_beyond_float32_is_refused_fixed_range_clips(comp):
         type(comp)(3, range=(-1.0, 1.0), out_of_range="raise").compress(x, rng=0)
 
 
-def _baseline_build(tmp_path_factory):
-    """The kernels compiled again for baseline x86-64 (SSE2, no clones), or None if impossible."""
-    import importlib.util
-    import shutil
-    import subprocess
-    import sysconfig
-    from pathlib import Path
+# ---- the kernel paths (avx512, avx2, portable) and other builds: the same bits everywhere ----
 
-    cc = shutil.which("gcc") or shutil.which("cc")
-    src = Path(_kernels.__file__).with_name("_kernels.c")
-    if cc is None or not src.exists():
+PATHS = ("avx512", "avx2", "portable")
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL_SRC = ROOT / "cvfl_theory" / "_kernels.c"
+# setup.py's flags; -ffp-contract=off is the one the bits depend on
+CFLAGS = ["-shared", "-fPIC", "-ffp-contract=off", "-fno-strict-aliasing"]
+
+
+def _build_kernels(cc_names, out_dir, extra):
+    """The kernels compiled again with the first compiler of ``cc_names`` found, or None."""
+    cc = next((shutil.which(c) for c in cc_names if shutil.which(c)), None)
+    if cc is None or not KERNEL_SRC.exists():
         return None
-    out = tmp_path_factory.mktemp("baseline") / (
-        "_kernels" + sysconfig.get_config_var("EXT_SUFFIX")
-    )
-    cmd = [cc, "-shared", "-fPIC", "-O2", "-ffp-contract=off", "-fno-strict-aliasing"]
-    cmd += ["-DCVFL_NO_CLONES", f"-I{sysconfig.get_paths()['include']}", str(src), "-o", str(out)]
-    if subprocess.run(cmd, capture_output=True).returncode != 0:
-        return None
-    spec = importlib.util.spec_from_file_location("_kernels", out)
+    out = out_dir / ("_kernels" + sysconfig.get_config_var("EXT_SUFFIX"))
+    cmd = [cc, *CFLAGS, *extra, f"-I{sysconfig.get_paths()['include']}", str(KERNEL_SRC)]
+    res = subprocess.run([*cmd, "-o", str(out)], capture_output=True, text=True)
+    assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stderr[-3000:]}"
+    return out
+
+
+def _load(so):
+    spec = importlib.util.spec_from_file_location("_kernels", so)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
+PLAIN = ["-O2", "-DCVFL_NO_VECTOR_EXT"]  # plain -O2, the plain-loop dither generator
+
+
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
-    mod = _baseline_build(tmp_path_factory)
-    if mod is None:
-        pytest.skip("no C compiler to build the baseline kernels")
-    return mod
+def plain_build(tmp_path_factory):
+    so = _build_kernels(("gcc", "cc"), tmp_path_factory.mktemp("plain"), PLAIN)
+    if so is None:
+        pytest.skip("no C compiler to build the plain -O2 kernels")
+    return so
+
+
+@pytest.fixture(scope="module")
+def baseline(plain_build):
+    return _load(plain_build)
+
+
+# Run in a subprocess (the path is chosen once, at import): the sha256 of every message
+# (to_bytes) and reconstruction of scalar, hexagonal, top-k and identity compressors on
+# float32/float64 inputs (partial vectors, rows longer than a dither block), and of the raw
+# dither streams. argv[1], if given, is another build of the kernels to use instead.
+DIGEST_SCRIPT = r"""
+import hashlib, importlib.util, json, sys
+if len(sys.argv) > 1:
+    spec = importlib.util.spec_from_file_location("cvfl_theory._kernels", sys.argv[1])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sys.modules["cvfl_theory._kernels"] = mod
+import numpy as np
+from cvfl_theory import _kernels
+from cvfl_theory.compressors import HexLatticeQuantizer, Identity, ScalarQuantizer, TopK
+comps = [ScalarQuantizer(3), ScalarQuantizer(8, range=(-2.0, 2.0)), ScalarQuantizer(12),
+         ScalarQuantizer(2, range="minmax-tensor"), ScalarQuantizer(4, dither=False),
+         HexLatticeQuantizer(3), HexLatticeQuantizer(2, range=(-3.0, 3.0)),
+         HexLatticeQuantizer(8, range="minmax-tensor"), HexLatticeQuantizer(4, dither=False),
+         TopK(k=5), TopK(bits=3), Identity()]
+out = {}
+for dt in (np.float32, np.float64):
+    for shape in [(300, 77), (40, 256), (2, 5001)]:
+        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(dt)
+        for c in comps:
+            m = c.compress(x, rng=7)
+            y = np.ascontiguousarray(c.decompress(m))
+            key = f"{c!r} {np.dtype(dt).name} {shape}"
+            out[key] = hashlib.sha256(m.to_bytes() + y.tobytes()).hexdigest()
+w = np.empty(10001, np.uint32)
+_kernels.dither_words(5, 3, w.size, w)
+ux, uy = np.empty(999), np.empty(999)
+_kernels.hex_dither(5, 17, 999, 0.3, ux, uy)
+out["streams"] = hashlib.sha256(w.tobytes() + ux.tobytes() + uy.tobytes()).hexdigest()
+print(json.dumps({"path": _kernels.path(), "digests": out}))
+"""
+
+
+def _digests(path, so=None):
+    """(path in use, digests) of DIGEST_SCRIPT run with CVFL_KERNEL_PATH=path."""
+    env = {**os.environ, "CVFL_KERNEL_PATH": path}
+    cmd = [sys.executable, "-c", DIGEST_SCRIPT] + ([str(so)] if so is not None else [])
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout)
+    return got["path"], got["digests"]
+
+
+def _skip_unless_cpu_has(path):
+    if path not in _kernels.paths():
+        pytest.skip(f"this CPU cannot run the {path} kernel path (it has {_kernels.paths()})")
+
+
+@pytest.fixture(scope="module")
+def reference_digests(plain_build):
+    """The digests of the plain -O2 build on the portable path."""
+    return _digests("portable", plain_build)[1]
+
+
+def test_kernel_path_reports_a_path_this_cpu_runs():
+    assert _kernels.path() in _kernels.paths()
+    assert set(_kernels.paths()) <= set(PATHS) and "portable" in _kernels.paths()
+    forced = os.environ.get("CVFL_KERNEL_PATH")
+    assert _kernels.path() == (forced or _kernels.paths()[0])  # the widest unless forced
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_forced_path_gives_the_same_bits_as_the_plain_build(path, reference_digests):
+    """Every message and reconstruction is bit-identical on each path the CPU has, and equal
+    to those of a plain -O2 build of the same source without vector extensions."""
+    _skip_unless_cpu_has(path)
+    used, digests = _digests(path)
+    assert used == path
+    assert len(digests) == 2 * 3 * 12 + 1
+    assert digests == reference_digests
+
+
+@pytest.mark.parametrize("path", ["avx9000", "AVX2"])
+def test_unknown_forced_path_is_refused_at_import(path):
+    env = {**os.environ, "CVFL_KERNEL_PATH": path}
+    res = subprocess.run(
+        [sys.executable, "-c", "import cvfl_theory._kernels"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert res.returncode != 0
+    assert f"CVFL_KERNEL_PATH={path} is not a kernel path" in res.stderr
+
+
+@pytest.fixture(scope="module")
+def clang_build(tmp_path_factory):
+    so = _build_kernels(("clang",), tmp_path_factory.mktemp("clang"), ["-O2"])
+    if so is None:
+        pytest.skip("clang is not installed (apt-get install clang): the clang build is untested")
+    return so
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_clang_build_gives_the_same_bits(path, clang_build, reference_digests):
+    _skip_unless_cpu_has(path)
+    used, digests = _digests(path, clang_build)
+    assert used == path
+    assert digests == reference_digests
+
+
+# The kernel tests and the compressors' error-law and wire tests again, in a subprocess, on
+# every other path this CPU has (this process runs them on its own path), and the kernel tests
+# once with the clang build. Not nested: the subprocess deselects these tests.
+SUITE = ["tests/test_compressors_kernels.py", "tests/test_compressors.py"]
+PLUGIN = """
+import importlib.util, os, sys
+so = os.environ["CVFL_TEST_KERNELS_SO"]
+spec = importlib.util.spec_from_file_location("cvfl_theory._kernels", so)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+sys.modules["cvfl_theory._kernels"] = mod
+"""
+
+
+def _run_suite(env, files, extra=(), deselect=" and not baseline_build"):
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *extra]
+    cmd += ["-k", f"not forced_path and not clang_build{deselect}", *files]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert " passed" in res.stdout and " failed" not in res.stdout
+
+
+@pytest.mark.skipif("CVFL_TEST_KERNELS_SO" in os.environ, reason="no nested runs")
+@pytest.mark.parametrize("path", [p for p in PATHS if p != _kernels.path()])
+def test_forced_path_passes_the_compressor_tests(path):
+    _skip_unless_cpu_has(path)
+    _run_suite({**os.environ, "CVFL_KERNEL_PATH": path}, SUITE)
+
+
+def test_clang_build_passes_the_kernel_tests(clang_build, tmp_path):
+    (tmp_path / "cvfl_kernels_plugin.py").write_text(PLUGIN)
+    pythonpath = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "CVFL_TEST_KERNELS_SO": str(clang_build), "PYTHONPATH": pythonpath}
+    env.pop("CVFL_KERNEL_PATH", None)
+    _run_suite(env, SUITE[:1], ["-p", "cvfl_kernels_plugin"], deselect="")
 
 
 @pytest.mark.parametrize("P", [256, 77])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_vectorized_build_and_baseline_build_give_the_same_bits(baseline, P, dtype):
-    """The determinism claim: the installed build (AVX-512/AVX2 clones where the CPU has them)
-    and a plain -O2 build without clones produce bit-identical indices and outputs."""
+    """The determinism claim, on the low-level calls: the installed build (on its path) and a
+    plain -O2 build with the plain-loop dither generator produce bit-identical results."""
     B = 300
     x = np.random.default_rng(P).standard_normal((B, P)).astype(dtype)
     xt = 1 if dtype == np.float32 else 2
