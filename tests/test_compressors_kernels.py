@@ -139,9 +139,13 @@ def test_dither_stream_words_are_uniform_and_uncorrelated():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_scalar_kernel_matches_numpy_oracle_bit_for_bit(bits, rng_spec, dtype):
     x = np.random.default_rng(bits).uniform(-2.5, 1.5, size=(37, 29)).astype(dtype)
+    x[::3] *= (
+        1.25  # rows leaving the fixed range (clipped), rows inside it (the kernel's no-clamp path)
+    )
     q = ScalarQuantizer(bits, range=rng_spec)
     c = q.compress(x, rng=7)
     L = 2**bits - 1
+    xc = x.astype(np.float64)
     if isinstance(rng_spec, str):
         lo = c.data["lo"].astype(np.float64)[:, None]
         hi = c.data["hi"].astype(np.float64)[:, None]
@@ -150,12 +154,59 @@ def test_scalar_kernel_matches_numpy_oracle_bit_for_bit(bits, rng_spec, dtype):
         )
     else:
         lo, hi = np.float64(rng_spec[0]), np.float64(rng_spec[1])
+        outside = (xc < lo) | (xc > hi)
+        assert c.n_clipped == int(outside.sum()) > 0 and not outside[1].any()
+        xc = np.clip(xc, lo, hi)
     u = dither_units(c.seed, x.size).reshape(x.shape)
-    t = (x.astype(np.float64) - lo) * (L / (hi - lo))
+    t = (xc - lo) * (L / (hi - lo))
     k = np.minimum(np.floor(t + u), L)
     assert np.array_equal(c.data["idx"], k.astype(c.data["idx"].dtype))
     y = lo + ((k + 0.5) - u) * ((hi - lo) / L)
     assert np.array_equal(q.decompress(c), y.astype(dtype))
+
+
+@pytest.mark.parametrize(
+    "comp",
+    [
+        ScalarQuantizer(1, range=(-1.0, 3.0)),
+        ScalarQuantizer(3),
+        ScalarQuantizer(12, dither=False),
+        HexLatticeQuantizer(2, range="minmax-tensor"),
+        HexLatticeQuantizer(3),
+        HexLatticeQuantizer(6, range=(-2.0, 5.0), dither=False),
+    ],
+)
+def test_overflow_bound_holds_for_every_index_the_kernel_takes(comp):
+    # decompress skips its O(n) overflow scan when _output_bound <= the dtype's max: the bound
+    # must hold for every index the kernel may be given (also beyond the codebook / the levels,
+    # in a Compressed built in-process), measured on the float64 reconstruction itself
+    x = np.random.default_rng(3).uniform(-1.0, 3.0, size=(6, 64))
+    c = comp.compress(x, rng=5)
+    idx = c.data["idx"]
+    # the scalar kernel takes any index of its dtype; the hexagonal one refuses those outside
+    top = np.iinfo(idx.dtype).max if isinstance(comp, ScalarQuantizer) else comp.codebook_size - 1
+    data = {**c.data, "idx": np.random.default_rng(4).integers(0, top + 1, idx.shape, idx.dtype)}
+    data["idx"].flat[:2] = (0, top)
+    for d in (c.data, data):
+        y = comp._decompress(d, c.seed, c.shape2d, np.float64)
+        assert np.abs(y).max() <= comp._output_bound(d) < 1e4
+    if isinstance(comp.range, str):  # a non-finite sent range bounds nothing: decompress scans
+        bad = {"lo": np.array([1.0]), "hi": np.array([np.inf]), "idx": idx}
+        assert not comp._output_bound(bad) <= np.finfo(np.float64).max
+
+
+def test_topk_overflow_bound_is_the_largest_sent_value():
+    x = np.random.default_rng(3).standard_normal((6, 64)) * 1e300
+    comp = TopK(k=5, r=64)
+    c = comp.compress(x)
+    y = comp._decompress(c.data, None, c.shape2d, np.float64)
+    bound = comp._output_bound(c.data)
+    assert np.abs(y).max() == np.abs(c.data["values"]).max() <= bound < np.abs(y).max() * 1.001
+    assert not bound <= float(
+        np.finfo(np.float32).max
+    )  # a float32 message of these values is scanned
+    bad = {**c.data, "values": np.where(c.data["values"] > 0, np.nan, c.data["values"])}
+    assert not comp._output_bound(bad) <= np.finfo(np.float64).max
 
 
 @pytest.mark.parametrize("bits", [2, 3, 5])

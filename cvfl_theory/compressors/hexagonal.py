@@ -34,6 +34,13 @@ def _kernel_codebook(cb: A2BoxCodebook) -> tuple[Any, ...]:
     )
 
 
+@lru_cache(maxsize=64)
+def _reach(cb: A2BoxCodebook) -> float:
+    """``1/2 + a +`` the largest codeword coordinate of the centred unit box."""
+    t = _kernel_codebook(cb)
+    return 0.5 + float(t[0]) + max(float(np.max(np.abs(t[6]))), float(np.max(np.abs(t[7]))))
+
+
 class HexLatticeQuantizer(RangeQuantizer):
     r"""Hexagonal-lattice quantizer of component pairs with subtractive dither (C5.2, C5.3).
 
@@ -181,6 +188,11 @@ class HexLatticeQuantizer(RangeQuantizer):
     @property
     def _kernel_param(self) -> tuple[Any, ...]:
         return _kernel_codebook(self.codebook)
+
+    def _reach(self) -> float:
+        # y = (p - u) span + lo + span/2 with p a codeword of the centred unit box (the kernel
+        # clamps indices into the codebook) and |u| <= a/sqrt3 < a (the Voronoi cell's radius).
+        return _reach(self.codebook)
 
     def _read_payload(self, r: BitReader, shape: tuple[int, int]) -> dict[str, np.ndarray]:
         data = super()._read_payload(r, shape)

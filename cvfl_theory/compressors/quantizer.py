@@ -275,6 +275,26 @@ class RangeQuantizer(Compressor):
         self._dequantize(idx, lo, hi, seed, out)
         return out
 
+    @abstractmethod
+    def _reach(self) -> float:
+        """``R`` with ``|y - lo| <= R |hi - lo|`` for every reconstruction ``y`` of a row.
+
+        For any index array the kernel may be given (:attr:`_index_dtype`; exact reals: the
+        margin for rounding is added by :meth:`_output_bound`).
+        """
+
+    def _output_bound(self, data: dict[str, np.ndarray]) -> float:
+        """``max |lo| + R max |hi - lo|`` (:meth:`_reach`) times ``1 + 2^-20``, from O(B) fields.
+
+        The margin covers the kernels' float64 roundings (a few units in 2^-52, relative), so a
+        bound at most the output dtype's largest value excludes an overflow; NaN/inf ranges give
+        a NaN/inf bound (no exclusion).
+        """
+        lo, hi = received_range(self.range, data)
+        with np.errstate(over="ignore", invalid="ignore"):
+            span = float(np.abs(hi - lo).max())
+            return (float(np.abs(lo).max()) + self._reach() * span) * (1.0 + 2.0**-20)
+
     def _write_payload(
         self, w: BitWriter, data: dict[str, np.ndarray], shape: tuple[int, int]
     ) -> None:

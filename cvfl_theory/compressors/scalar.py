@@ -142,3 +142,8 @@ class ScalarQuantizer(RangeQuantizer):
     @property
     def _kernel_param(self) -> int:
         return self.levels - 1
+
+    def _reach(self) -> float:
+        # y - lo = c Delta with c = k + 1/2 - U in (-1/2, k_max + 1/2) (or c = k without dither),
+        # Delta = (hi - lo)/L, k at most the index dtype's largest value (the kernel does not clamp).
+        return float(1 << 8 * np.dtype(self._index_dtype).itemsize) / (self.levels - 1)
