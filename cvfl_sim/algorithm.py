@@ -511,6 +511,48 @@ def _diverged(m: int, r: int, t0: int) -> FloatingPointError:
     )
 
 
+def checkpoint_identity(dataset: VerticalDataset, config: CVFLConfig) -> str:
+    """The identity a checkpoint of ``train(dataset, config)`` is checked against on resume."""
+    return json.dumps([config.to_dict(), dataset.describe()], sort_keys=True, default=str)
+
+
+def history_row(
+    r: int,
+    rounds_per_epoch: int,
+    parties: Sequence[nn.Module],
+    server: nn.Module,
+    dataset: VerticalDataset,
+    config: CVFLConfig,
+    ledger: BitLedger,
+    err_since: list[tuple[float, float]],
+) -> dict[str, Any]:
+    """One row of :attr:`RunResult.history` after round ``r``; empties ``err_since``.
+
+    The mean embedding and server-model errors of the rounds since the last row, the ledger's
+    bits so far and the evaluation of the current models; printed to stderr if
+    ``config.progress``. Shared by every execution strategy, so their histories agree.
+    """
+    row: dict[str, Any] = {"epoch": r / rounds_per_epoch, "round": r}
+    row.update(evaluate(parties, server, dataset, _DTYPES[config.dtype], config.track_grad_norm))
+    row["bits"] = ledger.total
+    row["bits_paper_model"] = ledger.total_paper
+    if err_since:
+        e_emb = float(np.mean([e[0] for e in err_since]))
+        e_srv = float(np.mean([e[1] for e in err_since]))
+        row.update(compression_error=e_emb + e_srv, embedding_error=e_emb, server_model_error=e_srv)
+    else:
+        row.update(compression_error=None, embedding_error=None, server_model_error=None)
+    err_since.clear()
+    if config.progress:
+        metric = "test_f1" if dataset.metric == "f1" else "test_accuracy"
+        print(
+            f"  round {r}/{rounds_per_epoch * config.epochs} epoch {row['epoch']:.2f} "
+            f"loss {row['train_loss']:.4f} {metric} {row[metric]:.4f} bits {row['bits']:.3e}",
+            file=sys.stderr,
+        )
+    return row
+
+
 def train(
     dataset: VerticalDataset,
     config: CVFLConfig | None = None,
@@ -627,27 +669,9 @@ def train(
     train_time = 0.0
 
     def record(r: int) -> None:
-        row: dict[str, Any] = {"epoch": r / s.rounds_per_epoch, "round": r}
-        row.update(evaluate(parties, server, dataset, dtype, config.track_grad_norm))
-        row["bits"] = ledger.total
-        row["bits_paper_model"] = ledger.total_paper
-        if err_since:
-            e_emb = float(np.mean([e[0] for e in err_since]))
-            e_srv = float(np.mean([e[1] for e in err_since]))
-            row.update(
-                compression_error=e_emb + e_srv, embedding_error=e_emb, server_model_error=e_srv
-            )
-        else:
-            row.update(compression_error=None, embedding_error=None, server_model_error=None)
-        err_since.clear()
-        history.append(row)
-        if config.progress:
-            metric = "test_f1" if dataset.metric == "f1" else "test_accuracy"
-            print(
-                f"  round {r}/{total_rounds} epoch {row['epoch']:.2f} loss {row['train_loss']:.4f}"
-                f" {metric} {row[metric]:.4f} bits {row['bits']:.3e}",
-                file=sys.stderr,
-            )
+        history.append(
+            history_row(r, s.rounds_per_epoch, parties, server, dataset, config, ledger, err_since)
+        )
 
     def checkpoint_arrays() -> dict[str, torch.Tensor]:
         """The tensors of the training state (views: copying into them restores it)."""
@@ -659,7 +683,7 @@ def train(
         out.update({f"memory.{m}": v for m, v in enumerate(memory)})
         return out
 
-    identity = json.dumps([config.to_dict(), dataset.describe()], sort_keys=True, default=str)
+    identity = checkpoint_identity(dataset, config)
     start_epoch, r = 0, 0
     if checkpoint is not None and os.path.exists(checkpoint):
         # pickle-free: identity, sizes and the array table are checked before anything is loaded

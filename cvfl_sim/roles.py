@@ -36,7 +36,6 @@ import copy
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,7 +52,8 @@ from .algorithm import (
     _Setup,
     _setup,
     _sgd_step,
-    evaluate,
+    checkpoint_identity,
+    history_row,
     minibatches,
     nominal_bits,
 )
@@ -358,35 +358,18 @@ class _Record:
         return states
 
     def record(self, r: int) -> None:
-        """One history row, as :func:`cvfl_sim.algorithm.train` writes it."""
-        s, ds, cfg = self.s, self.dataset, self.config
-        row: dict[str, Any] = {"epoch": r / s.rounds_per_epoch, "round": r}
-        row.update(evaluate(self.replicas, self.server.model, ds, s.dtype, cfg.track_grad_norm))
-        row["bits"] = self.ledger.total
-        row["bits_paper_model"] = self.ledger.total_paper
-        if self.err_since:
-            e_emb = float(np.mean([e[0] for e in self.err_since]))
-            e_srv = float(np.mean([e[1] for e in self.err_since]))
-            row.update(
-                compression_error=e_emb + e_srv, embedding_error=e_emb, server_model_error=e_srv
-            )
-        else:
-            row.update(compression_error=None, embedding_error=None, server_model_error=None)
-        self.err_since.clear()
+        """One history row, as :func:`cvfl_sim.algorithm.train` writes it (the same function)."""
+        row = history_row(
+            r,
+            self.s.rounds_per_epoch,
+            self.replicas,
+            self.server.model,
+            self.dataset,
+            self.config,
+            self.ledger,
+            self.err_since,
+        )
         self.history.append(row)
-        if cfg.progress:
-            metric = "test_f1" if ds.metric == "f1" else "test_accuracy"
-            total = s.rounds_per_epoch * cfg.epochs
-            print(
-                f"  round {r}/{total} epoch {row['epoch']:.2f} loss {row['train_loss']:.4f}"
-                f" {metric} {row[metric]:.4f} bits {row['bits']:.3e}",
-                file=sys.stderr,
-            )
-
-
-def _identity(dataset: VerticalDataset, config: CVFLConfig) -> str:
-    """The checkpoint identity, exactly as :func:`cvfl_sim.algorithm.train` writes it."""
-    return json.dumps([config.to_dict(), dataset.describe()], sort_keys=True, default=str)
 
 
 def _checkpoint_arrays(
@@ -614,7 +597,7 @@ def _save(
     """The server writes ``train``'s checkpoint from its state and the parties' reports."""
     write_checkpoint(
         path,
-        identity=_identity(dataset, config),
+        identity=checkpoint_identity(dataset, config),
         arrays=_checkpoint_arrays(rec.replicas, server.model, server.memory),
         state={
             "epoch": epoch,
@@ -648,7 +631,7 @@ def _resume(
     memory = _Memories(dataset.n_train, s.emb_sizes, s.dtype, config.error_feedback)
     template = _checkpoint_arrays(s.parties, s.server, memory)
     layout = {k: (str(v.dtype).removeprefix("torch."), tuple(v.shape)) for k, v in template.items()}
-    st, arrays = read_checkpoint(path, identity=_identity(dataset, config), arrays=layout)
+    st, arrays = read_checkpoint(path, identity=checkpoint_identity(dataset, config), arrays=layout)
     try:
         with torch.no_grad():
             for name, t in template.items():  # s.parties / s.server are the roles' own modules

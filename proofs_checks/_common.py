@@ -100,3 +100,24 @@ def quantizer_comparisons(
             rel * own_published,
         ),
     ]
+
+
+def setting_data(seed: int, rng_spec: Any, shape: tuple[int, int]) -> tuple[np.ndarray, ...]:
+    """A C5 check's embedding and its per-row ``(lo, hi)`` as the check reads the range spec.
+
+    Rows of growing scale for a min-max range (``"minmax-row"``/``"minmax-tensor"``), uniform draws
+    inside a fixed range ``(lo, hi)``; ``lo``, ``hi`` have shape ``(B, 1)``.
+    """
+    gen = np.random.default_rng(seed)
+    if isinstance(rng_spec, str):
+        x = gen.normal(size=shape) * (1 + np.arange(shape[0]))[:, None]
+    else:
+        x = gen.uniform(*rng_spec, size=shape)
+    B = x.shape[0]
+    if rng_spec == "minmax-row":
+        lo, hi = x.min(axis=1, keepdims=True), x.max(axis=1, keepdims=True)
+    elif rng_spec == "minmax-tensor":
+        lo, hi = np.full((B, 1), x.min()), np.full((B, 1), x.max())
+    else:
+        lo, hi = np.full((B, 1), rng_spec[0]), np.full((B, 1), rng_spec[1])
+    return x, lo, hi

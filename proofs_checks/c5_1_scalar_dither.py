@@ -13,7 +13,7 @@ import sympy as sp
 
 from cvfl_theory.compressors import ScalarQuantizer
 
-from ._common import Z_SE, mean_and_se, quantizer_comparisons
+from ._common import Z_SE, mean_and_se, quantizer_comparisons, setting_data
 from .result import CheckResult
 
 #: (bits, range, (B, P)) settings; data are drawn inside a fixed range (no clipping).
@@ -37,16 +37,6 @@ def symbolic() -> tuple[bool, sp.Expr]:
     return bool(ok), constant
 
 
-def _row_spans(x: np.ndarray, rng_spec) -> tuple[np.ndarray, np.ndarray]:
-    """(lo, hi) per row, shape (B, 1), as the check reads the range specification."""
-    B = x.shape[0]
-    if rng_spec == "minmax-row":
-        return x.min(axis=1, keepdims=True), x.max(axis=1, keepdims=True)
-    if rng_spec == "minmax-tensor":
-        return np.full((B, 1), x.min()), np.full((B, 1), x.max())
-    return np.full((B, 1), rng_spec[0]), np.full((B, 1), rng_spec[1])
-
-
 def own_dithered_scalar(
     x: np.ndarray, lo: np.ndarray, hi: np.ndarray, bits: int, trials: int, seed: int
 ) -> np.ndarray:
@@ -64,12 +54,7 @@ def check(trials: int = 200) -> CheckResult:
     comparisons = []
     main = None
     for s, (bits, rng_spec, shape) in enumerate(SETTINGS):
-        gen = np.random.default_rng(100 + s)
-        if isinstance(rng_spec, str):
-            x = gen.normal(size=shape) * (1 + np.arange(shape[0]))[:, None]
-        else:
-            x = gen.uniform(*rng_spec, size=shape)
-        lo, hi = _row_spans(x, rng_spec)
+        x, lo, hi = setting_data(100 + s, rng_spec, shape)
         P = shape[1]
         own = own_dithered_scalar(x, lo, hi, bits, trials, seed=200 + s)
         spans2 = ((hi - lo) ** 2).ravel()

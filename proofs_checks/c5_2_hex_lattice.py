@@ -17,8 +17,7 @@ import sympy as sp
 
 from cvfl_theory.compressors import HexLatticeQuantizer
 
-from ._common import Z_SE, mean_and_se, quantizer_comparisons
-from .c5_1_scalar_dither import _row_spans
+from ._common import Z_SE, mean_and_se, quantizer_comparisons, setting_data
 from .result import CheckResult
 
 #: (bits, range, (B, P)) settings; data are drawn inside a fixed range (no clipping).
@@ -98,12 +97,7 @@ def check(trials: int = 200) -> CheckResult:
     comparisons = []
     main = None
     for s, (bits, rng_spec, shape) in enumerate(SETTINGS):
-        gen = np.random.default_rng(400 + s)
-        if isinstance(rng_spec, str):
-            x = gen.normal(size=shape) * (1 + np.arange(shape[0]))[:, None]
-        else:
-            x = gen.uniform(*rng_spec, size=shape)
-        lo, hi = _row_spans(x, rng_spec)
+        x, lo, hi = setting_data(400 + s, rng_spec, shape)
         P = shape[1]
         quant = HexLatticeQuantizer(bits, range=rng_spec)
         a_unit = quant.codebook.a  # minimum distance for the unit box (C5.3 checks it)

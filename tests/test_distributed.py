@@ -94,9 +94,9 @@ def test_run_from_env_checks_the_torchrun_variables(monkeypatch):
 
 
 def _identity(ds, cfg):
-    from cvfl_sim.roles import _identity
+    from cvfl_sim.algorithm import checkpoint_identity
 
-    return _identity(ds, cfg)
+    return checkpoint_identity(ds, cfg)
 
 
 def _layout(ck):
