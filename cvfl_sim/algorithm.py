@@ -37,6 +37,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
@@ -64,6 +65,9 @@ __all__ = [
 ]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_GLOBAL_RNG = threading.Lock()
+"""Held while the models are initialised from torch's global generator: runs in threads of one
+process (a Dask worker's) would otherwise draw from each other's seeds."""
 
 
 @dataclass
@@ -303,7 +307,7 @@ def _setup(dataset: VerticalDataset, config: CVFLConfig) -> _Setup:
     seeds = np.random.SeedSequence(config.seed).spawn(3)
     init_seed = int(seeds[0].generate_state(1)[0])
     user_parties = not isinstance(config.parties_model, str) and not callable(config.parties_model)
-    with torch.random.fork_rng(devices=[]):
+    with _GLOBAL_RNG, torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
         parties = build_party_models(
             config.parties_model, dataset.feature_dims, emb, dataset.party_shapes

@@ -192,9 +192,14 @@ def _dataset(name: str) -> VerticalDataset:
     return _DATA_CACHE[name]
 
 
-def run_spec(spec: RunSpec) -> RunResult:
-    """Train one run of a sweep (what a worker of :func:`run_sweep` computes)."""
-    return train(_dataset(spec.dataset), spec.config())
+def spec_dataset(spec: RunSpec) -> VerticalDataset:
+    """The data set of ``spec``, built once per process (what :func:`run_sweep` sends a worker)."""
+    return _dataset(spec.dataset)
+
+
+def run_spec(spec: RunSpec, ds: VerticalDataset | None = None) -> RunResult:
+    """Train one run of a sweep on ``ds`` (default: :func:`spec_dataset`), as a worker does."""
+    return train(spec_dataset(spec) if ds is None else ds, spec.config())
 
 
 def run_sweep(
@@ -236,6 +241,7 @@ def run_sweep(
         specs,
         folder,
         run_spec,
+        inputs=spec_dataset,  # built here once, sent with each task: workers skip scikit-learn
         executor=executor,
         force=force,
         known=known,

@@ -6,15 +6,32 @@ specifications, each with a ``key()`` naming its result file ``<folder>/<key>.js
 
 1. takes the runs already at hand (``known``) and loads every finished run file (unless
    ``force``); a file that cannot be read is recomputed, with a ``RuntimeWarning``;
-2. computes the rest on an :class:`Executor`: in this process (``jobs = 1``), on ``jobs`` local
-   worker processes with joblib's loky backend, or on a Dask cluster (``backend="dask"``, the
-   ``cluster`` extra); each computation runs with :attr:`Executor.threads` torch intra-op threads
-   (:mod:`cvfl_sim.threads`; one by default, the fastest for these tiny models);
-3. writes each result atomically in *this* process as soon as it arrives (so a cluster needs no
+2. computes the rest on an :class:`Executor`: in this process (``jobs = 1``), in this process
+   *and* ``jobs - 1`` local worker processes of joblib's loky pool (``jobs > 1``), or on a Dask
+   cluster (``backend="dask"``, the ``cluster`` extra); each computation runs with
+   :attr:`Executor.threads` torch intra-op threads (:mod:`cvfl_sim.threads`; one by default, the
+   fastest for these tiny models);
+3. writes each result atomically in *this* process as soon as it has it (so a cluster needs no
    shared file system, and a sweep killed at any moment leaves only complete files: a rerun skips
    them and computes the rest);
 4. returns the results in the order of the specifications, whatever order they finished in, so
    the tables built from them are those of a serial run.
+
+Start-up cost of local workers. A fresh worker spends seconds importing torch and cvfl, as
+long as a quick run or two, and a user's first ``cvfl reproduce ... --jobs 2`` pays it. So:
+
+- the workers start first, with a warm-up task importing what the runs need
+  (:func:`start_workers`; ``cvfl reproduce`` calls it before importing torch itself);
+- this process prepares each run's ``inputs`` (the data set, built once here and sent with the
+  task: a worker never imports scikit-learn or scipy);
+- this process, which has torch loaded already, computes runs itself instead of waiting:
+  ``jobs = 2`` is this process plus one worker. A worker's result is written when this process
+  is between two of its own runs (a run killed before then is recomputed on restart).
+
+The workers are loky's (fork + exec: a fresh interpreter), not a bare ``fork``: a forked child
+of a process whose OpenMP runtime has started threads can deadlock in its first parallel region,
+and once the workers are started before torch is imported, fork would save only the
+interpreter's start (~0.1 s), not the imports.
 
 Progress is one tqdm bar on stderr (shown when stderr is a terminal, unless forced on or off),
 either the sweep's own or a caller's bar shared by several sweeps (``cvfl reproduce all``).
@@ -32,7 +49,7 @@ from typing import Any, Protocol, TypeVar
 from .results import RunResult
 from .threads import DEFAULT_THREADS, check_threads, torch_threads
 
-__all__ = ["Executor", "BACKENDS", "run_specs", "progress_bar"]
+__all__ = ["Executor", "BACKENDS", "run_specs", "progress_bar", "start_workers"]
 
 BACKENDS = ("loky", "dask")
 """Executors of :class:`Executor`: local worker processes (joblib) or a Dask cluster."""
@@ -130,43 +147,170 @@ def progress_bar(total: int = 0, progress: bool | None = None, desc: str | None 
 
 
 def _compute(
-    compute: Callable[[Any], RunResult], index: int, spec: Any, threads: int
+    compute: Callable[..., RunResult], index: int, spec: Any, threads: int, *inputs: Any
 ) -> tuple[int, RunResult]:
-    """One run in a worker: ``(index, result)`` without the trained modules (not saved anyway)."""
+    """One run: ``(index, result)`` without the trained modules (not saved anyway)."""
     with torch_threads(threads):
-        res = compute(spec)
+        res = compute(spec, *inputs)
     res.models = None
     return index, res
 
 
+def _inputs(inputs: Callable[[Any], Any] | None, spec: Any) -> tuple[Any, ...]:
+    """The extra arguments of ``compute`` for ``spec``, computed in this process."""
+    return () if inputs is None else (inputs(spec),)
+
+
+def _ready(module: str) -> None:
+    """The warm-up task of a worker: import ``module`` (and with it torch and cvfl)."""
+    import importlib
+
+    importlib.import_module(module)
+
+
+_THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+"""Thread-count variables of the native libraries, set in each loky worker's environment."""
+
+
+def _pool(ex: Executor) -> Any:
+    """The loky pool of ``ex.jobs - 1`` workers with ``ex.threads`` native threads each."""
+    from joblib.externals.loky import get_reusable_executor
+
+    env = dict.fromkeys(_THREAD_VARS, str(ex.threads))
+    return get_reusable_executor(max_workers=ex.jobs - 1, env=env)
+
+
+_EARLY: list[Any] = []
+"""The pool started by :func:`start_workers` until a sweep with work uses it."""
+
+
+def start_workers(executor: Executor, module: str) -> None:
+    """Start ``executor``'s local workers now, each importing ``module``, without waiting.
+
+    A command calls it before its own heavy imports, so that the workers import torch and cvfl
+    on the other cores meanwhile (a fresh worker takes seconds to start). If the first sweep
+    then finds every run finished, it stops them at once (the command need not wait for their
+    imports to end). Nothing to do for ``jobs = 1`` or Dask.
+    """
+    if executor.backend == "loky" and executor.jobs > 1:
+        pool = _pool(executor)
+        for _ in range(executor.jobs - 1):
+            pool.submit(_ready, module)
+        _EARLY[:] = [pool]
+
+
 def _serial(
-    compute: Callable[[Any], RunResult], todo: Sequence[Any], ex: Executor
+    compute: Callable[..., RunResult],
+    todo: Sequence[Any],
+    ex: Executor,
+    inputs: Callable[[Any], Any] | None,
 ) -> Iterator[tuple[int, RunResult]]:
     for i, spec in enumerate(todo):
-        yield _compute(compute, i, spec, ex.threads)
+        yield _compute(compute, i, spec, ex.threads, *_inputs(inputs, spec))
 
 
 def _loky(
-    compute: Callable[[Any], RunResult], todo: Sequence[Any], ex: Executor
+    compute: Callable[..., RunResult],
+    todo: Sequence[Any],
+    ex: Executor,
+    inputs: Callable[[Any], Any] | None,
 ) -> Iterator[tuple[int, RunResult]]:
-    from joblib import Parallel, delayed, parallel_config
+    """``jobs - 1`` loky workers and this process compute the runs together.
 
-    # inner_max_num_threads sets OMP_NUM_THREADS (and MKL_, OPENBLAS_, ...) in the workers
-    with parallel_config(backend="loky", inner_max_num_threads=ex.threads):
-        yield from Parallel(
-            n_jobs=min(ex.jobs, len(todo)),
-            batch_size=1,
-            return_as="generator_unordered",
-        )(delayed(_compute)(compute, i, spec, ex.threads) for i, spec in enumerate(todo))
+    The workers start first (a no-op task makes each import torch and cvfl). A feeder thread
+    keeps each worker busy with one run at a time, taken from the *front* of the list; this
+    process takes runs from the *back* and computes them itself, collecting the workers' results
+    between its own runs. A lock hands every run out once: none is computed twice.
+    """
+    import queue
+    import threading
+    from collections import deque
+    from concurrent.futures import FIRST_COMPLETED, Future, wait
+
+    if len(todo) < 2:
+        yield from _serial(compute, todo, ex, inputs)
+        return
+    workers = ex.jobs - 1
+    pool = _pool(ex)
+    running: set[Future[Any]] = {pool.submit(_ready, compute.__module__) for _ in range(workers)}
+    left = deque(range(len(todo)))  # runs nobody has taken yet
+    lock = threading.Lock()  # guards ``left`` and calls of ``inputs``
+    finished: queue.SimpleQueue[Future[Any] | None] = queue.SimpleQueue()
+
+    def take(front: bool) -> tuple[Any, ...] | None:
+        with lock:
+            if not left:
+                return None
+            i = left.popleft() if front else left.pop()
+            return (compute, i, todo[i], ex.threads, *_inputs(inputs, todo[i]))
+
+    def feed() -> None:  # in a thread: one run per worker, the next as soon as one is done
+        busy = set(running)
+        try:
+            while True:
+                while len(busy) < workers + len(running) and (task := take(True)) is not None:
+                    busy.add(pool.submit(_compute, *task))
+                if not busy:
+                    break
+                done, busy = wait(busy, return_when=FIRST_COMPLETED)
+                for fut in done - running:
+                    finished.put(fut)
+                running.difference_update(done)
+        except BaseException as exc:  # e.g. from ``inputs``: raised in this process's thread
+            failed: Future[Any] = Future()
+            failed.set_exception(exc)
+            finished.put(failed)
+        finally:
+            finished.put(None)
+
+    feeder = threading.Thread(target=feed, name="cvfl-sweep-feeder", daemon=True)
+    feeder.start()
+    try:
+        feeding = True
+        while feeding:
+            fut: Future[Any] | None
+            while feeding:  # the workers' results so far
+                try:
+                    fut = finished.get_nowait()
+                except queue.Empty:
+                    break
+                if fut is None:
+                    feeding = False
+                else:
+                    yield fut.result()
+            task = take(False)
+            if task is not None:
+                yield _compute(*task)
+            elif feeding:
+                fut = finished.get()
+                if fut is None:
+                    feeding = False
+                else:
+                    yield fut.result()
+    finally:
+        with lock:
+            left.clear()  # the feeder submits nothing more and ends after the runs in hand
 
 
 def _dask(
-    compute: Callable[[Any], RunResult], todo: Sequence[Any], ex: Executor
+    compute: Callable[..., RunResult],
+    todo: Sequence[Any],
+    ex: Executor,
+    inputs: Callable[[Any], Any] | None,
 ) -> Iterator[tuple[int, RunResult]]:
     distributed = _require_dask()
     with distributed.Client(ex.scheduler, set_as_default=False) as client:
         futures = [
-            client.submit(_compute, compute, i, spec, ex.threads, pure=False)
+            client.submit(
+                _compute, compute, i, spec, ex.threads, *_inputs(inputs, spec), pure=False
+            )
             for i, spec in enumerate(todo)
         ]
         try:
@@ -190,8 +334,9 @@ def _load(path: str, force: bool) -> RunResult | None:
 def run_specs(
     specs: Sequence[S],
     folder: str | os.PathLike[str],
-    compute: Callable[[S], RunResult],
+    compute: Callable[..., RunResult],
     *,
+    inputs: Callable[[S], Any] | None = None,
     executor: Executor | None = None,
     force: bool = False,
     known: Mapping[S, RunResult] | None = None,
@@ -207,8 +352,12 @@ def run_specs(
     folder : path-like
         Where the run files are (created if missing).
     compute : callable
-        ``compute(spec) -> RunResult``; a module-level function, so that worker processes can
-        import it.
+        ``compute(spec) -> RunResult`` (``compute(spec, inputs(spec))`` with ``inputs``); a
+        module-level function, so that worker processes can import it.
+    inputs : callable, optional
+        ``inputs(spec)``, computed in *this* process and sent with the run's task: e.g. the data
+        set, built once here instead of in every worker (which then never imports the
+        libraries that build it). Its result must be picklable.
     executor : Executor, optional
         Where to compute missing runs; default: in this process.
     force : bool
@@ -240,6 +389,10 @@ def run_specs(
             todo.append(spec)
         else:
             done[spec] = res
+    if not todo:
+        for pool in _EARLY:  # started for nothing: no need to wait for them
+            pool.shutdown(wait=False, kill_workers=True)
+    _EARLY.clear()
     if todo:
         own = bar is None
         if own:
@@ -249,7 +402,7 @@ def run_specs(
             bar.refresh()
         run = {"loky": _loky if ex.jobs > 1 else _serial, "dask": _dask}[ex.backend]
         try:
-            for i, res in run(compute, todo, ex):
+            for i, res in run(compute, todo, ex, inputs):
                 res.save(path[todo[i]])  # atomic: the file exists only once complete
                 done[todo[i]] = res
                 bar.set_postfix_str(todo[i].key().rsplit("_", 1)[0], refresh=False)

@@ -18,7 +18,7 @@ from cvfl_sim.cli import build_parser, main
 from cvfl_sim.commands import reproduce
 from cvfl_sim.commands._run_args import config_from_args
 from cvfl_sim.results import RunResult
-from cvfl_sim.sweep import BACKENDS, Executor, progress_bar, run_specs
+from cvfl_sim.sweep import BACKENDS, Executor, _pool, progress_bar, run_specs
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -103,6 +103,48 @@ def test_results_follow_the_specs_not_the_completion_order(tmp_path):
     assert [r.config["name"] for r in res.values()] == ["slow", "fast"]
 
 
+def _heavy_modules():
+    """This process's id and the data libraries it has imported (run in a worker)."""
+    return os.getpid(), sorted({m.split(".")[0] for m in sys.modules} & {"sklearn", "scipy"})
+
+
+def test_jobs_2_is_this_process_and_one_worker_fed_the_data(tmp_path, one_epoch, monkeypatch):
+    from joblib.externals.loky import get_reusable_executor
+
+    get_reusable_executor().shutdown(wait=True)  # a fresh worker: nothing imported before
+    specs = [ex.RunSpec("breast-cancer", "scalar", 2, 2, s, 1) for s in range(2)]
+    calls = []
+    real = ex.train
+    monkeypatch.setattr(ex, "train", lambda ds, cfg: calls.append(cfg.seed) or real(ds, cfg))
+    res = ex.run_sweep(specs, tmp_path, progress=False, executor=Executor(jobs=2))
+    assert calls == [1]  # this process took the last run; the worker the first
+    assert list(res) == specs and len(list((tmp_path / "runs").glob("*.json"))) == 2
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        pid, heavy = _pool(Executor(jobs=2)).submit(_heavy_modules).result()
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert pid != os.getpid()
+    assert heavy == []  # it trained on the data set built here: no scikit-learn, no scipy
+
+
+def _fail_on_first(spec):
+    if spec.name == "first":
+        raise ValueError("run 'first' failed")
+    return _sleep_then_result(spec)
+
+
+def test_a_failed_run_in_a_worker_ends_the_sweep_with_its_error(tmp_path):
+    specs = [_Sleepy("first", 0.0), _Sleepy("last", 0.0)]
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        with pytest.raises(ValueError, match="run 'first' failed"):
+            run_specs(specs, tmp_path, _fail_on_first, executor=Executor(jobs=2), progress=False)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert not (tmp_path / "first.json").exists()
+
+
 _KILLED_SWEEP = """
 import json, sys
 import cvfl_sim.experiments as ex
@@ -119,7 +161,10 @@ def test_sweep_killed_mid_way_resumes_without_a_corrupted_file(tmp_path, monkeyp
     runs = tmp_path / "runs"
 
     def finished():
-        return sorted(f for f in os.listdir(runs) if f.endswith(".json")) if runs.exists() else []
+        """Run files; a ``.tmp-`` file is a write cut short by the kill, never loaded."""
+        if not runs.exists():
+            return []
+        return sorted(f for f in os.listdir(runs) if f.endswith(".json") and f[0] != ".")
 
     # its own process group: SIGKILL takes the sweep and its workers down at once
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)

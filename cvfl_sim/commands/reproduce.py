@@ -99,8 +99,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.target_fraction <= 1:
         raise ValueError(f"--target-fraction must be in (0, 1], got {args.target_fraction}")
     check_output_dir(args.out, "--out")
-    from ..experiments import EXPERIMENTS, SWEEPS, Options, run_experiment, run_sweep, sweep_specs
-    from ..sweep import Executor, progress_bar
+    from ..sweep import Executor, progress_bar, start_workers
     from ..threads import check_threads, torch_threads
 
     if args.jobs < 1:
@@ -112,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
         )
     except ImportError as exc:  # the cluster extra is missing: a bad option here, one line
         raise ValueError(str(exc)) from None
+    start_workers(executor, "cvfl_sim.experiments")  # they import torch while this process does
+    from ..experiments import EXPERIMENTS, SWEEPS, Options, run_experiment, run_sweep, sweep_specs
+
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     common: dict[str, Any] = {
         "out": args.out,
