@@ -512,12 +512,11 @@ def train_recorded(
 
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         try:  # a functorch-transformed call (copies made by a probe) has nothing to record
-            A = linear_point([], module).A
             Z = args[0].detach()
             if module is holder["server"]:
                 traj.record(linear_point(parties, module), Z)
             else:  # the frozen compressed copy C_0(θ_0^{t0}), or a probe's copy of the head
-                traj.record_hat(A, Z)
+                traj.record_hat(linear_point([], module).A, Z)
         except RuntimeError:
             return
 

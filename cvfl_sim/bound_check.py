@@ -44,8 +44,17 @@ from torch import nn
 from cvfl_theory.bounds import C_COMP, C_OPT, C_VAR, BoundTerms, theorem_4_2, theorem_4_4
 from cvfl_theory.table import Table
 
-from ._autodiff import embedding_hessian_block, embedding_jacobian, grad, jacobian, op_norm, sq
-from .algorithm import CVFLConfig, build_models
+from ._autodiff import (
+    embedding_hessian_block,
+    embedding_jacobian,
+    flat_params,
+    grad,
+    jacobian,
+    op_norm,
+    server_loss,
+    sq,
+)
+from .algorithm import _DTYPES, CVFLConfig, build_models
 from .data import VerticalDataset
 from .lemma1 import Lemma1Report
 from .results import RunResult
@@ -87,7 +96,7 @@ def _as_models(obj: Any) -> ModelSet:
 
 def _loss(server: nn.Module, emb: Sequence[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
     """Cross-entropy :math:`F_B` (mean over the rows) of the server on the given embeddings."""
-    return nn.functional.cross_entropy(server(torch.cat(list(emb), dim=1)), y)
+    return server_loss(server, None, torch.cat(list(emb), dim=1), y)
 
 
 def _power_norm(
@@ -296,7 +305,7 @@ def estimate_constants(
         points.append(build_models(dataset, config))  # validates dataset and config
     items = run_or_params if isinstance(run_or_params, list) else [run_or_params]
     points += [_as_models(o) for o in items]
-    dtype = {"float32": torch.float32, "float64": torch.float64}[config.dtype]
+    dtype = _DTYPES[config.dtype]
     say = progress or (lambda msg: None)
     M = dataset.n_parties
     B = int(config.batch_size)
@@ -331,7 +340,7 @@ def estimate_constants(
 
         perm = gen_np.permutation(n)
         dev = np.zeros(M + 1)
-        theta0 = torch.cat([q.detach().reshape(-1) for q in blocks[0]])
+        theta0 = flat_params(server)
         for b in range(nb):
             say(f"constants: point {k + 1}/{len(points)}, batch {b + 1}/{nb}: L_m, sigma^2, H, G")
             idx = torch.from_numpy(perm[b * B : (b + 1) * B])

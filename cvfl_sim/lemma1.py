@@ -56,6 +56,7 @@ from cvfl_theory.table import Table
 from ._autodiff import (
     embedding_hessian_block,
     embedding_jacobian,
+    flat_params,
     grad,
     op_norm,
     server_loss,
@@ -263,7 +264,7 @@ class Lemma1Probe:
         H = np.zeros(M + 1)
         G = np.ones(M + 1)
         with torch.no_grad():
-            t_now = torch.cat([q.reshape(-1) for q in S64.parameters()])
+            t_now = flat_params(S64)
             fresh = [p(xm) for p, xm in zip(P64, x64)]
         sizes = [int(h.shape[1]) for h in fresh]
         for m in range(M + 1):
@@ -338,10 +339,8 @@ class Lemma1Probe:
         """
         if not self.tight:
             return None
-        try:
-            from .tight_term import realised_lemma1_bound, tight_lemma1_bound_for
-        except ImportError:  # pragma: no cover - the module ships with the package
-            return None
+        from .tight_term import realised_lemma1_bound, tight_lemma1_bound_for
+
         out = np.full(len(parties) + 1, np.nan)
         if step != 0:
             return out

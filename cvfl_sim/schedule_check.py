@@ -39,6 +39,7 @@ from cvfl_theory.table import Table
 
 from .algorithm import CVFLConfig, train
 from .data import VerticalDataset, load_dataset
+from .experiments import make_compressor
 
 __all__ = [
     "SlopeFit",
@@ -168,12 +169,6 @@ def _epochs_for(T: int, Q: int, rounds_per_epoch: int) -> int:
     return e
 
 
-def _scalar(bits: int, rng: Any = "minmax-tensor") -> Any:
-    from cvfl_theory.compressors import ScalarQuantizer
-
-    return ScalarQuantizer(int(bits), range=rng)
-
-
 @dataclass
 class RateResult:
     """Rows of :func:`rate_experiment` (one per run) and the slope fit against -1/2."""
@@ -245,7 +240,7 @@ def rate_experiment(
                 epochs=epochs,
                 batch_size=batch_size,
                 embedding_size=embedding_size,
-                compressor=_scalar(bits),
+                compressor=make_compressor("scalar", int(bits)),
                 seed=int(seed),
             )
             res = train(ds, cfg)
@@ -307,10 +302,6 @@ class FloorResult:
     def decreases(self, arm: str) -> bool:
         """The arm's late log-log slope is negative with confidence (CI entirely below 0)."""
         return self.late_fits[arm].high < 0
-
-    def stalls(self, arm: str) -> bool:
-        """The arm's late slope is not significantly negative (CI reaches 0 or above)."""
-        return self.late_fits[arm].high >= 0
 
     def table(self) -> Table:
         """Window means per arm."""
@@ -392,7 +383,9 @@ def floor_experiment(
     from cvfl_theory.compressors import ScalarQuantizer
 
     make: dict[str, Any] = {
-        "summable": lambda: CompressionSchedule.from_bounds(sched, lambda b: _scalar(b)),
+        "summable": lambda: CompressionSchedule.from_bounds(
+            sched, lambda b: make_compressor("scalar", int(b))
+        ),
         "fixed-rounding": lambda: ScalarQuantizer(fixed_bits, range=fixed, dither=False),
         "fixed-dithered": lambda: ScalarQuantizer(fixed_bits, range=fixed),
     }

@@ -223,15 +223,12 @@ def theorem_run(plan: RunPlan, seed: int = 0) -> dict[str, Any]:
         row[f"total_{s}"] = t.total
         row[f"share3_{s}"] = t.compression / t.total if t.total > 0 else 0.0
         row[f"ratio_{s}"] = check.ratios[form]
-    ratios = rep.ratios("realised")
-    finite = ratios[np.isfinite(ratios)]
-    row["lemma1_min_ratio"] = float(finite.min()) if finite.size else math.nan
-    tr = rep.tight_ratios()
-    tf = tr[np.isfinite(tr)] if tr is not None else np.zeros(0)
-    row["tight_min_ratio"] = float(tf.min()) if tf.size else math.nan
-    ts = rep.tight_sum_ratios()
-    ts = ts[np.isfinite(ts)] if ts is not None else np.zeros(0)
-    row["tight_sum_ratio"] = float(ts.min()) if ts.size else math.nan
+    from .lemma1 import _stats  # (min, median, max) of the finite values
+
+    tight, tight_sums = rep.tight_ratios(), rep.tight_sum_ratios()
+    row["lemma1_min_ratio"] = _stats(rep.ratios("realised"))[0]
+    row["tight_min_ratio"] = _stats(tight)[0] if tight is not None else math.nan
+    row["tight_sum_ratio"] = _stats(tight_sums)[0] if tight_sums is not None else math.nan
     row["analytic_ge_probe"] = consistent
     row["seconds"] = time.perf_counter() - tick
     return row

@@ -58,6 +58,9 @@ from torch.func import functional_call, jacrev, vmap
 
 from cvfl_theory.table import Table
 
+from ._autodiff import flat_params
+from .analytic_constants import softmax_parts
+
 __all__ = [
     "CE_THIRD",
     "SOFTMAX_LIPSCHITZ",
@@ -379,12 +382,9 @@ class _Softmax:
 
 
 def _softmax_at(W: np.ndarray, b: np.ndarray, z: np.ndarray) -> _Softmax:
-    u = z @ W.T + b
-    u = u - u.max(axis=1, keepdims=True)
-    p = np.exp(u)
-    p /= p.sum(axis=1, keepdims=True)
-    Jp = np.einsum("bk,kl->bkl", p, np.eye(p.shape[1])) - np.einsum("bk,bl->bkl", p, p)
-    return _Softmax(np.linalg.eigvalsh(Jp)[:, -1].clip(min=0.0), 1.0 - p.max(axis=1))
+    # the labels do not enter p or its Jacobian diag(p) - pp^T
+    p, _, _, lam0 = softmax_parts(z @ W.T + b, np.zeros(len(z), dtype=np.int64))
+    return _Softmax(lam0, 1.0 - p.max(axis=1))
 
 
 def _local_constants(sm: _Softmax, radius: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -669,7 +669,7 @@ def tight_lemma1_bound_for(
         raise ValueError(f"compressors must be one compressor or M = {M}, got {len(comps)}")
     with torch.no_grad():
         H = [p(x) for p, x in zip(parties, inputs)]
-        theta0 = torch.cat([q.detach().reshape(-1) for q in server.parameters()]).reshape(1, -1)
+        theta0 = flat_params(server).reshape(1, -1)
     s2 = [error_variances(c, h) for c, h in zip(comps, H)]
     s0 = float(error_variances(server_compressor, theta0)[0])
     kinds = [error_kind(server_compressor)] + [error_kind(c) for c in comps]
