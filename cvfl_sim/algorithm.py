@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .checkpoint import read_checkpoint, write_checkpoint
+from .checkpoint import array_layout, read_checkpoint, write_checkpoint
 from .data import VerticalDataset
 from .ledger import BitLedger, RoundBits, paper_cost_model, round_bits
 from .models import build_party_models, build_server_model, count_parameters
@@ -691,13 +691,10 @@ def train(
     start_epoch, r = 0, 0
     if checkpoint is not None and os.path.exists(checkpoint):
         # pickle-free: identity, sizes and the array table are checked before anything is loaded
-        layout = {
-            k: (str(v.dtype).removeprefix("torch."), tuple(v.shape))
-            for k, v in checkpoint_arrays().items()
-        }
-        st, arrays = read_checkpoint(checkpoint, identity=identity, arrays=layout)
+        targets = checkpoint_arrays()
+        st, arrays = read_checkpoint(checkpoint, identity=identity, arrays=array_layout(targets))
         try:
-            for name, t in checkpoint_arrays().items():
+            for name, t in targets.items():
                 t.copy_(torch.from_numpy(arrays[name]))
             batch_gen.bit_generator.state = st["batch_gen"]
             if len(st["comp_gens"]) != len(comp_gens):

@@ -37,7 +37,15 @@ import numpy as np
 
 from .results import atomic_write_bytes
 
-__all__ = ["MAGIC", "VERSION", "MAX_HEADER_BYTES", "DTYPES", "write_checkpoint", "read_checkpoint"]
+__all__ = [
+    "MAGIC",
+    "VERSION",
+    "MAX_HEADER_BYTES",
+    "DTYPES",
+    "write_checkpoint",
+    "read_checkpoint",
+    "array_layout",
+]
 
 MAGIC = b"CVFLCKPT"
 """The first 8 bytes of every checkpoint file."""
@@ -65,6 +73,11 @@ def _dtype_name(a: Any) -> str:
     if name not in DTYPES:
         raise ValueError(f"checkpoint arrays must have a dtype in {sorted(DTYPES)}, got {name}")
     return name
+
+
+def array_layout(arrays: dict[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """``{name: (dtype name, shape)}`` of the arrays a reader expects (``read_checkpoint(arrays=)``)."""
+    return {k: (_dtype_name(v), tuple(v.shape)) for k, v in arrays.items()}
 
 
 def write_checkpoint(

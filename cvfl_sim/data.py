@@ -231,6 +231,8 @@ class VerticalDataset:
                 f"train_parts and test_parts must list the same M >= 1 parties, got "
                 f"{len(self.train_parts)} and {len(self.test_parts)}"
             )
+        if isinstance(self.n_classes, bool) or not isinstance(self.n_classes, (int, np.integer)):
+            raise TypeError(f"n_classes must be an int, got {self.n_classes!r}")
         for split, parts, y in (
             ("train", self.train_parts, self.y_train),
             ("test", self.test_parts, self.y_test),
@@ -260,8 +262,6 @@ class VerticalDataset:
         dims_te = [p.shape[1] for p in self.test_parts]
         if dims_tr != dims_te:
             raise ValueError(f"train/test feature sizes differ per party: {dims_tr} vs {dims_te}")
-        if isinstance(self.n_classes, bool) or not isinstance(self.n_classes, (int, np.integer)):
-            raise TypeError(f"n_classes must be an int, got {self.n_classes!r}")
         if self.n_classes < 2:
             raise ValueError(f"n_classes must be >= 2, got {self.n_classes}")
         if self.metric not in _METRICS:

@@ -46,6 +46,7 @@ Faults
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import signal
@@ -439,8 +440,6 @@ def dispatch(
             f"(allowed: {sorted(_OPTIONS[backend])})"
         )
     if backend == "inprocess":
-        from .algorithm import train
-
         return train(dataset, config, checkpoint=checkpoint, on_epoch_end=on_epoch_end, probe=probe)
     if probe is not None:
         raise ValueError(f"probe needs backend='inprocess', got backend={backend!r}")
@@ -479,7 +478,7 @@ def latency_table(
     """
     rows = []
     for Q in Qs:
-        cfg = CVFLConfig(**{**config.__dict__, "Q": Q, "progress": False})
+        cfg = dataclasses.replace(config, Q=Q, progress=False)
         ref = train(dataset, cfg)
         n_rounds = ref.summary["rounds"]
         if n_rounds < 3:

@@ -57,7 +57,7 @@ from .algorithm import (
     minibatches,
     nominal_bits,
 )
-from .checkpoint import read_checkpoint, write_checkpoint
+from .checkpoint import array_layout, read_checkpoint, write_checkpoint
 from .data import VerticalDataset
 from .ledger import BitLedger, RoundBits, paper_cost_model, round_bits
 from .results import RunResult
@@ -630,8 +630,9 @@ def _resume(
     M = dataset.n_parties
     memory = _Memories(dataset.n_train, s.emb_sizes, s.dtype, config.error_feedback)
     template = _checkpoint_arrays(s.parties, s.server, memory)
-    layout = {k: (str(v.dtype).removeprefix("torch."), tuple(v.shape)) for k, v in template.items()}
-    st, arrays = read_checkpoint(path, identity=checkpoint_identity(dataset, config), arrays=layout)
+    st, arrays = read_checkpoint(
+        path, identity=checkpoint_identity(dataset, config), arrays=array_layout(template)
+    )
     try:
         with torch.no_grad():
             for name, t in template.items():  # s.parties / s.server are the roles' own modules

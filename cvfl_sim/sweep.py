@@ -118,10 +118,7 @@ class Executor:
     threads: int = DEFAULT_THREADS
 
     def __post_init__(self) -> None:
-        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int):
-            raise TypeError(f"jobs must be an integer >= 1, got {self.jobs!r}")
-        if self.jobs < 1:
-            raise ValueError(f"jobs must be >= 1, got {self.jobs}")
+        check_threads(self.jobs, "jobs")
         check_threads(self.threads, "threads")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")

@@ -81,7 +81,6 @@ class Transport:
         self.delay = float(delay)
         self.round = 0
         self.bytes_sent = {r: dict.fromkeys(KINDS, 0) for r in range(world_size)}
-        self.messages_sent = {r: dict.fromkeys(KINDS, 0) for r in range(world_size)}
 
     def send_phase(self, src: int, messages: Sequence[tuple[int, bytes]], kind: str) -> None:
         """Send ``(dst, data)`` frames from ``src``, after the hop delay, and count their bytes."""
@@ -94,7 +93,6 @@ class Transport:
                 raise ValueError(f"destination rank {dst} is not another rank of {self.world_size}")
             self._send(src, dst, bytes(data))
             self.bytes_sent[src][kind] += FRAME_BYTES + len(data)
-            self.messages_sent[src][kind] += 1
 
     def recv(self, src: int, dst: int, max_bytes: int) -> bytes:
         """The next frame from ``src`` to ``dst``; :class:`PeerError` if longer than ``max_bytes``."""

@@ -269,3 +269,10 @@ def test_perfect_classifier_scores_one_in_training_on_noncontiguous_classes():
     last = res.history[-1]
     assert last["test_accuracy"] == 1.0
     assert last["test_f1"] == 1.0
+
+
+def test_n_classes_none_is_refused_by_name():
+    X = np.zeros((4, 2))
+    y = np.array([0, 1, 0, 1])
+    with pytest.raises(TypeError, match="n_classes must be an int"):
+        VerticalDataset([X], [X], y, y, n_classes=None)

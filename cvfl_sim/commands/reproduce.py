@@ -102,8 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from ..sweep import Executor, progress_bar, start_workers
     from ..threads import check_threads, torch_threads
 
-    if args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    check_threads(args.jobs, "--jobs")
     check_threads(args.threads, "--threads")
     try:
         executor = Executor(
