@@ -56,7 +56,7 @@ import numpy as np
 from ._validate import check_fits_float, check_float_width, check_int_in_range
 from .bitpack import BitReader, BitWriter, float_dtype
 from .encoded import SEEDED_SCHEMES, Encoded, NodeMessage, decode
-from .encoders import BinaryQuantizationEncoder, Encoder
+from .encoders import BinaryQuantizationEncoder, Encoder, _check_encoded
 from .rotation import padded_dimension
 from .sampling import bernoulli_support, k_subset_support
 
@@ -89,14 +89,6 @@ _MAX_D = (1 << 32) - 1  # the header's dimension fields are 32 bits wide
 def index_bits(d: int) -> int:
     r""":math:`\lceil \log_2 d \rceil`, the width of one index (0 for ``d = 1``)."""
     return int(d - 1).bit_length()
-
-
-def _check_encoded(encoded: Any) -> None:
-    """Raise ``TypeError`` unless ``encoded`` is an :class:`~cvfl_theory.encoded.Encoded`."""
-    if not isinstance(encoded, Encoded):
-        raise TypeError(
-            f"encoded must be an Encoded (from an encoder's encode()), got {type(encoded).__name__}"
-        )
 
 
 class Protocol(ABC):
@@ -377,9 +369,6 @@ class Protocol(ABC):
 
     def _read_centre(self, rd: BitReader, centre_sent: bool) -> float:
         return float(_finite(rd.read_floats(1, self.r), "centre")[0]) if centre_sent else 0.0
-
-    def _rounded(self, values: np.ndarray) -> np.ndarray:
-        return np.asarray(values).astype(float_dtype(self.r).newbyteorder("="), copy=False)
 
 
 def _finite(values: np.ndarray, what: str) -> np.ndarray:

@@ -191,18 +191,6 @@ def test_dense_jacobian_and_norms_match_autograd_functional():
     assert op_norm(J.T) == pytest.approx(sv[0], rel=1e-10)
 
 
-def test_cli_registers_without_torch():
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; from cvfl_sim.cli import build_parser; build_parser(); "
-        "print('torch' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
-
-
 def test_cli_quick_json(capsys):
     import json
 
