@@ -155,6 +155,10 @@ class Encoder(ABC):
         """
         if row_sums is None:
             X, _, row_sums = check_matrix_and_row_sums(X)
+        return self._centres(X, row_sums)
+
+    def _centres(self, X: np.ndarray, row_sums: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`centres` of an ``X`` already validated (C-contiguous); no second check."""
         n = X.shape[0]
         if isinstance(self.mu, str):
             if self.mu == "zero":
@@ -164,6 +168,8 @@ class Encoder(ABC):
             else:
                 # One summation for encode, mse and the optimiser alike, in an order fixed by
                 # the values (X is C-contiguous), so the same data give the same centres.
+                if row_sums is None:
+                    row_sums = _row_sums(X)
                 if np.isfinite(row_sums).all():
                     c = row_sums / X.shape[1]
                 else:  # the sum overflowed: average pre-scaled values
@@ -245,7 +251,7 @@ class Encoder(ABC):
         """
         Xn, kind = self._prepare(X)
         idx = _check_supports(supports, Xn.shape[0], Xn.shape[1])
-        return self._encode_given(Xn, kind, idx, [0] * len(idx), self.centres(Xn))
+        return self._encode_given(Xn, kind, idx, [0] * len(idx), self._centres(Xn))
 
     def decode(self, encoded: Encoded) -> Any:
         """All :math:`Y_i` as an ``(n, d)`` array of the input's kind."""
@@ -392,7 +398,7 @@ class IndependentEncoder(Encoder):
         return v
 
     def _marginals(self, Xn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return np.broadcast_to(self.p, Xn.shape).astype(np.float64), self.centres(Xn)
+        return np.broadcast_to(self.p, Xn.shape).astype(np.float64), self._centres(Xn)
 
 
 class FixedSizeEncoder(Encoder):
@@ -461,7 +467,7 @@ class FixedSizeEncoder(Encoder):
     def _marginals(self, Xn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n, d = Xn.shape
         p = np.repeat((self._k(n) / d)[:, None], d, axis=1).astype(np.float64)
-        return p, self.centres(Xn)
+        return p, self._centres(Xn)
 
 
 class BinaryQuantizationEncoder(Encoder):
@@ -506,7 +512,7 @@ class BinaryQuantizationEncoder(Encoder):
 
     def _marginals(self, Xn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         p = np.stack([self._probabilities(row) for row in Xn])
-        return p, self.centres(Xn)
+        return p, self._centres(Xn)
 
     def mse_upper_bound(self, X: Any) -> float:
         r"""The K5.1 bound :math:`\frac{d}{4n^2}\sum_i (X_i^{\max} - X_i^{\min})^2`."""
@@ -587,7 +593,7 @@ class RotatedBinaryEncoder(BinaryQuantizationEncoder):
             kind,
             idx,
             [0] * len(idx),
-            self.centres(Z),
+            self._centres(Z),
             rotation_seed=self.rotation_seed,
             original_d=Xn.shape[1],
         )

@@ -187,7 +187,7 @@ def bits_from_budget(
 # ----------------------------------------------------------------------------- helpers
 def _centres(Xn: np.ndarray, mu: CentreSpec) -> np.ndarray:
     """Centres as the encoder computes them (rounded to X's precision)."""
-    return IndependentEncoder(1.0, mu).centres(Xn)
+    return IndependentEncoder(1.0, mu)._centres(Xn)
 
 
 def _deviations(Xn: np.ndarray, centres: np.ndarray) -> np.ndarray:

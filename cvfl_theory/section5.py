@@ -102,7 +102,7 @@ def table1(
         Xn, _ = check_matrix(X)
         if Xn.shape != (n, d):
             raise ValueError(f"X has shape {Xn.shape}, expected (n, d) = ({n}, {d})")
-    centres = IndependentEncoder(1.0, mu="mean").centres(Xn)
+    centres = IndependentEncoder(1.0, mu="mean")._centres(Xn)
     dev2 = (Xn.astype(np.float64) - centres[:, None]) ** 2
     R = float(dev2.sum() / n)
     if R == 0:

@@ -128,7 +128,7 @@ def tradeoff_curve(
     rotation_seed = check_int_in_range(rotation_seed, "rotation_seed", 0, 2**63 - 1)
     proto = _protocol(protocol, r)
     rows: list[list[Any]] = []
-    centres = IndependentEncoder(1.0, "mean").centres(Xn)
+    centres = IndependentEncoder(1.0, "mean")._centres(Xn)
     support = int(np.count_nonzero(Xn.astype(np.float64) != centres[:, None]))
     for method in methods:
         if method in ("binary", "rotation"):
