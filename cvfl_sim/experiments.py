@@ -347,9 +347,9 @@ def _plot(
     for k, (ax, xkey) in enumerate(zip(axes, xkeys)):
         plot_runs(groups, x=xkey, ax=ax, legend=k == len(xkeys) - 1)
     fig.suptitle(title)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    from .plotting import save_figure
+
+    save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------

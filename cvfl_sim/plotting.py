@@ -34,7 +34,7 @@ from .results import HISTORY_COLUMNS, RunResult
 if TYPE_CHECKING:  # pragma: no cover
     from .bound_check import BoundCheck
 
-__all__ = ["plot_runs", "plot_bound", "seed_bands", "metric_range", "X_AXES"]
+__all__ = ["plot_runs", "plot_bound", "save_figure", "seed_bands", "metric_range", "X_AXES"]
 
 X_AXES = {
     "round": "communication round $t_0$",
@@ -334,3 +334,14 @@ def plot_bound(check: BoundCheck, ax: Any = None) -> Any:
     ax.set_title(f"Theorem {check.theorem} term by term vs the run")
     ax.legend(fontsize="small")
     return ax
+
+
+def save_figure(fig: Any, path: str) -> None:
+    """Write ``fig`` as a PNG (110 dpi) atomically, with the project's one atomic writer."""
+    import io
+
+    from cvfl_theory._atomic import atomic_write_bytes
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    atomic_write_bytes(path, buf.getvalue())

@@ -267,11 +267,7 @@ class Server:
         self.rng = rng
         self.dtype = dtype
         self.memory = _Memories(len(labels), self.sizes, dtype, error_feedback)
-
-    @property
-    def theta0_size(self) -> int:
-        r""":math:`|\theta_0|`."""
-        return sum(q.numel() for q in self.model.parameters())
+        self.theta0_size = sum(q.numel() for q in self.model.parameters())  # |θ_0|, fixed
 
     def gather(self, r: int, idx: torch.Tensor, uploads: dict[int, bytes], comps: Any) -> None:
         r"""Decode the parties' :math:`C_m(h_m)`: the embeddings of :math:`\hat\Phi^{t_0}`."""

@@ -440,7 +440,6 @@ def floor_experiment(
 # the `cvfl reproduce schedules` experiment
 # ---------------------------------------------------------------------------------------------
 def _plot_schedules(rate: RateResult, floor: FloorResult, path: str) -> None:
-    import os
 
     from matplotlib.figure import Figure
 
@@ -470,9 +469,9 @@ def _plot_schedules(rate: RateResult, floor: FloorResult, path: str) -> None:
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    from .plotting import save_figure
+
+    save_figure(fig, path)
 
 
 def run_schedule_experiment(

@@ -308,9 +308,9 @@ def _plot(rows: Sequence[dict[str, Any]], path: str) -> None:
     ax.grid(alpha=0.3)
     fig.suptitle("Theorem 4.2 term by term: recovered, tight (ours) and measured Lemma-1 forms")
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    from .plotting import save_figure
+
+    save_figure(fig, path)
 
 
 def run_theorem_experiment(
