@@ -208,6 +208,19 @@ class _Setup:
     dtype: torch.dtype
     rounds_per_epoch: int
     seeds: list[np.random.SeedSequence]  # init, batches, compressors
+    total_rounds: int  # R
+    eval_every: int  # rounds between evaluations
+
+    def evaluates_after(self, r: int) -> bool:
+        """Whether the models are evaluated after round ``r`` (every ``eval_every``, and last)."""
+        return r % self.eval_every == 0 or r == self.total_rounds
+
+    def step_size(self, t0: int) -> float:
+        r"""The round's step size :math:`\eta^{t_0}` (C1), refused unless finite and positive."""
+        eta = float(self.lr(t0))
+        if not (math.isfinite(eta) and eta > 0):
+            raise ValueError(f"lr schedule gave a step size {eta} at t0={t0}; need > 0")
+        return eta
 
 
 def _compressor_schedule(spec: Any, M: int) -> Callable[[int], list[Any]]:
@@ -354,7 +367,17 @@ def _setup(dataset: VerticalDataset, config: CVFLConfig) -> _Setup:
         raise ValueError("server_model must have parameters (theta_0)")
     rpe = math.ceil(dataset.n_train / config.batch_size)
     return _Setup(
-        parties, server, sizes, compressor_at, server_compressor_at, lr, dtype, rpe, seeds
+        parties,
+        server,
+        sizes,
+        compressor_at,
+        server_compressor_at,
+        lr,
+        dtype,
+        rpe,
+        seeds,
+        total_rounds=rpe * config.epochs,
+        eval_every=config.eval_every or rpe,
     )
 
 
@@ -515,46 +538,264 @@ def _diverged(m: int, r: int, t0: int) -> FloatingPointError:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# the run's bookkeeping: one implementation for every execution strategy
+# ---------------------------------------------------------------------------------------------
+_LOG_KEYS = ("bits", "embedding_error", "embedding_error_by_party", "server_model_error", "lr")
+
+
 def checkpoint_identity(dataset: VerticalDataset, config: CVFLConfig) -> str:
     """The identity a checkpoint of ``train(dataset, config)`` is checked against on resume."""
     return json.dumps([config.to_dict(), dataset.describe()], sort_keys=True, default=str)
 
 
-def history_row(
-    r: int,
-    rounds_per_epoch: int,
-    parties: Sequence[nn.Module],
-    server: nn.Module,
+def checkpoint_arrays(
+    parties: Sequence[nn.Module], server: nn.Module, memory: Sequence[torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """The tensors of a training state under their checkpoint names.
+
+    The models' parameters and buffers, then the EF-VFL memories (C9; one table per party, or
+    none). The values are views: copying into them restores the state.
+    """
+    out = {
+        f"models.{i}.{k}": v
+        for i, net in enumerate([*parties, server])
+        for k, v in net.state_dict().items()
+    }
+    out.update({f"memory.{m}": v for m, v in enumerate(memory)})
+    return out
+
+
+class RunRecord:
+    r"""What a run records beside Algorithm 1 (THEORY C1): C6 ledger, C2 error log, history.
+
+    Shared by every execution strategy — :func:`train`'s vectorised loop and the roles of
+    :mod:`cvfl_sim.roles`, in one process or one per role — so that their ledgers, per-round
+    logs, histories, checkpoints and results are built by the same code.
+
+    Parameters
+    ----------
+    s : _Setup
+        The run's set-up (embedding sizes :math:`P_m`, the server model, rounds per epoch).
+    dataset, config
+        As for :func:`train`.
+
+    Attributes
+    ----------
+    ledger : BitLedger
+        The bits of every round (C6).
+    log : dict of list
+        The per-round log of :attr:`RunResult.rounds`.
+    history : list of dict
+        One row per evaluation.
+    train_time : float
+        Seconds spent in the rounds (the strategy adds them up).
+    """
+
+    def __init__(self, s: _Setup, dataset: VerticalDataset, config: CVFLConfig) -> None:
+        self.s, self.dataset, self.config = s, dataset, config
+        self.theta0_size = count_parameters(s.server)  # |θ_0|, fixed
+        self.ledger = BitLedger()
+        self.log: dict[str, list[Any]] = {k: [] for k in _LOG_KEYS}
+        self.history: list[dict[str, Any]] = []
+        self.err_since: list[tuple[float, float]] = []  # (embedding, server) errors since a row
+        self.train_time = 0.0
+        self.t_start = time.perf_counter()
+        self._costs: dict[tuple[Any, ...], tuple[RoundBits, float, int, Any]] = {}
+        self._last: tuple[Any, ...] = (None, None, 0, None)
+
+    def account(self, comps: Sequence[Any], c0: Any, bsz: int) -> int:
+        """Count one round's messages in the ledger (C6); return the round's total bits.
+
+        A round's bits depend only on its compressors and batch size, so they are computed once
+        per ``(compressors, B)``: the cache holds the compressors, so their ids stay unique.
+        """
+        last = self._last
+        if comps is not last[0] or c0 is not last[1] or bsz != last[2]:
+            key = (tuple(id(c) for c in comps), id(c0), bsz)
+            if key not in self._costs:
+                sizes, size0 = self.s.emb_sizes, self.theta0_size
+                rb = round_bits(comps, c0, bsz, sizes, size0)
+                b_nom = float(np.mean([nominal_bits(c) for c in comps]))
+                paper = paper_cost_model(b_nom, float(np.mean(sizes)), bsz, len(sizes), size0)
+                self._costs[key] = (rb, paper, rb.total, (tuple(comps), c0))
+            self._last = last = (comps, c0, bsz, self._costs[key])
+        rb, paper, total, _ = last[3]
+        self.ledger.record(rb, paper)
+        return int(total)
+
+    def log_round(self, bits: int, e_party: list[float], e_srv: float, eta: float) -> None:
+        r"""Log one round: its bits, the measured :math:`\|\varepsilon_m^{t_0}\|_F^2` (C2), η."""
+        e_emb = float(sum(e_party))
+        self.log["bits"].append(bits)
+        self.log["embedding_error"].append(e_emb)
+        self.log["embedding_error_by_party"].append(e_party)
+        self.log["server_model_error"].append(e_srv)
+        self.log["lr"].append(eta)
+        self.err_since.append((e_emb, e_srv))
+
+    def add_row(self, r: int, parties: Sequence[nn.Module], server: nn.Module) -> None:
+        """Append the history row after round ``r``, evaluating the models ``parties, server``.
+
+        The mean embedding and server-model errors of the rounds since the last row, the
+        ledger's bits so far and the evaluation of the models; printed to stderr if
+        ``config.progress``.
+        """
+        config, dataset, rpe = self.config, self.dataset, self.s.rounds_per_epoch
+        row: dict[str, Any] = {"epoch": r / rpe, "round": r}
+        row.update(evaluate(parties, server, dataset, self.s.dtype, config.track_grad_norm))
+        row["bits"] = self.ledger.total
+        row["bits_paper_model"] = self.ledger.total_paper
+        if self.err_since:
+            e_emb = float(np.mean([e[0] for e in self.err_since]))
+            e_srv = float(np.mean([e[1] for e in self.err_since]))
+            row.update(
+                compression_error=e_emb + e_srv, embedding_error=e_emb, server_model_error=e_srv
+            )
+        else:
+            row.update(compression_error=None, embedding_error=None, server_model_error=None)
+        self.err_since.clear()
+        self.history.append(row)
+        if config.progress:
+            metric = "test_f1" if dataset.metric == "f1" else "test_accuracy"
+            print(
+                f"  round {r}/{self.s.total_rounds} epoch {row['epoch']:.2f} "
+                f"loss {row['train_loss']:.4f} {metric} {row[metric]:.4f} bits {row['bits']:.3e}",
+                file=sys.stderr,
+            )
+
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        arrays: dict[str, torch.Tensor],
+        epoch: int,
+        r: int,
+        batch_gen: np.random.Generator,
+        comp_gen_states: list[Any],
+    ) -> None:
+        """Write the checkpoint after ``epoch`` epochs (``r`` rounds); :func:`resume` reads it.
+
+        ``arrays`` from :func:`checkpoint_arrays`; ``comp_gen_states`` the ``M + 1`` compressor
+        generators' states (party 1..M, then the server).
+        """
+        write_checkpoint(
+            path,
+            identity=checkpoint_identity(self.dataset, self.config),
+            arrays=arrays,
+            state={
+                "epoch": epoch,
+                "round": r,
+                "train_time": self.train_time,
+                "batch_gen": batch_gen.bit_generator.state,
+                "comp_gens": comp_gen_states,
+                "ledger": [
+                    [list(rb.uploads), rb.server_model, pb]
+                    for rb, pb in zip(self.ledger.rounds, self.ledger.paper)
+                ],
+                "log": self.log,
+                "history": self.history,
+                "err_since": self.err_since,
+            },
+        )
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take the ledger, log, history and training time of a checkpoint's ``state``.
+
+        Raises ``KeyError``, ``TypeError`` or ``ValueError`` on a malformed state (:func:`resume`
+        names the file).
+        """
+        for ups, srv, paper in state["ledger"]:
+            self.ledger.record(RoundBits(tuple(int(u) for u in ups), int(srv)), float(paper))
+        log = state["log"]
+        if set(log) != set(self.log) or not all(isinstance(v, list) for v in log.values()):
+            raise ValueError(f"log keys {sorted(log)}")
+        self.log.update(log)
+        if not all(isinstance(row, dict) for row in state["history"]):
+            raise ValueError("history rows")
+        self.history.extend(state["history"])
+        self.err_since.extend((float(a), float(b)) for a, b in state["err_since"])
+        self.train_time = float(state["train_time"])
+
+    def finish(self, parties: Sequence[nn.Module], server: nn.Module, **extra: Any) -> RunResult:
+        """The run's :class:`RunResult` with the trained models; ``extra`` ends the summary.
+
+        Raises
+        ------
+        FloatingPointError
+            A parameter is not finite (the run diverged).
+        """
+        for net in [*parties, server]:
+            for q in net.parameters():
+                if not bool(torch.isfinite(q).all()):
+                    raise FloatingPointError(
+                        "training diverged (non-finite parameters); lower lr or check the "
+                        "compressor"
+                    )
+        res = RunResult(
+            self.config.to_dict(),
+            self.dataset.describe(),
+            self.history,
+            self.log,
+            models={"parties": parties, "server": server},
+        )
+        values = res.metric_values()
+        res.summary = {
+            **self.ledger.summary(),
+            "train_seconds": self.train_time,
+            "wall_seconds": time.perf_counter() - self.t_start,
+            "embedding_sizes": self.s.emb_sizes,
+            "theta0_size": self.theta0_size,
+            "rounds_per_epoch": self.s.rounds_per_epoch,
+            "final_metric": values[-1],
+            "max_metric": max(values),
+            **extra,
+        }
+        return res
+
+
+def resume(
+    path: str | os.PathLike[str],
     dataset: VerticalDataset,
     config: CVFLConfig,
-    ledger: BitLedger,
-    err_since: list[tuple[float, float]],
-) -> dict[str, Any]:
-    """One row of :attr:`RunResult.history` after round ``r``; empties ``err_since``.
+    arrays: dict[str, torch.Tensor],
+    batch_gen: np.random.Generator,
+    comp_gens: Sequence[np.random.Generator | None],
+    record: RunRecord | None,
+) -> tuple[int, int]:
+    """Restore a run from the checkpoint ``path``; return the epochs and rounds it completed.
 
-    The mean embedding and server-model errors of the rounds since the last row, the ledger's
-    bits so far and the evaluation of the current models; printed to stderr if
-    ``config.progress``. Shared by every execution strategy, so their histories agree.
+    The file's identity, sizes and array table are checked before anything is loaded (it holds
+    no pickle). Then its arrays are copied into ``arrays`` (:func:`checkpoint_arrays` of the
+    live tensors), and the batch generator, the ``M + 1`` compressor generators (``None`` for
+    one another process holds) and, given a ``record``, the bookkeeping are restored.
+
+    Raises
+    ------
+    ValueError
+        The file is not a checkpoint of this data set and configuration, or it holds a
+        malformed training state (the message names the file).
     """
-    row: dict[str, Any] = {"epoch": r / rounds_per_epoch, "round": r}
-    row.update(evaluate(parties, server, dataset, _DTYPES[config.dtype], config.track_grad_norm))
-    row["bits"] = ledger.total
-    row["bits_paper_model"] = ledger.total_paper
-    if err_since:
-        e_emb = float(np.mean([e[0] for e in err_since]))
-        e_srv = float(np.mean([e[1] for e in err_since]))
-        row.update(compression_error=e_emb + e_srv, embedding_error=e_emb, server_model_error=e_srv)
-    else:
-        row.update(compression_error=None, embedding_error=None, server_model_error=None)
-    err_since.clear()
-    if config.progress:
-        metric = "test_f1" if dataset.metric == "f1" else "test_accuracy"
-        print(
-            f"  round {r}/{rounds_per_epoch * config.epochs} epoch {row['epoch']:.2f} "
-            f"loss {row['train_loss']:.4f} {metric} {row[metric]:.4f} bits {row['bits']:.3e}",
-            file=sys.stderr,
-        )
-    return row
+    st, saved = read_checkpoint(
+        path, identity=checkpoint_identity(dataset, config), arrays=array_layout(arrays)
+    )
+    try:
+        with torch.no_grad():
+            for name, t in arrays.items():
+                t.copy_(torch.from_numpy(saved[name]))
+        batch_gen.bit_generator.state = st["batch_gen"]
+        if len(st["comp_gens"]) != len(comp_gens):
+            raise ValueError(f"{len(st['comp_gens'])} compressor generators")
+        for g, gs in zip(comp_gens, st["comp_gens"]):
+            if g is not None:
+                g.bit_generator.state = gs
+        if record is not None:
+            record.restore(st)
+        return int(st["epoch"]), int(st["round"])
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
+        raise ValueError(
+            f"checkpoint {os.fspath(path)!r} holds a malformed training state "
+            f"({type(exc).__name__}: {exc}); remove it or pass another path"
+        ) from None
 
 
 def train(
@@ -633,7 +874,6 @@ def train(
         q for net in [*parties, server] for q in net.parameters() if q.requires_grad
     ]
     server_params = list(server.parameters())
-    theta0_size = sum(q.numel() for q in server_params)
     # the parties' copy of the server, C_0(θ_0^{t0}), frozen for a round; its parameters are
     # views of one flat tensor, so a round refreshes it with one copy
     server_hat = copy.deepcopy(server)
@@ -656,71 +896,14 @@ def train(
     comp_gens = [np.random.default_rng(c) for c in ss_comp.spawn(M + 1)]
     memory = [torch.zeros(n, P, dtype=dtype) for P in s.emb_sizes] if config.error_feedback else []
 
-    total_rounds = s.rounds_per_epoch * config.epochs
-    eval_every = config.eval_every or s.rounds_per_epoch
-    ledger = BitLedger()
-    bits_cache: dict[tuple[Any, ...], Any] = {}
-    log: dict[str, list[Any]] = {
-        "bits": [],
-        "embedding_error": [],
-        "embedding_error_by_party": [],
-        "server_model_error": [],
-        "lr": [],
-    }
-    history: list[dict[str, Any]] = []
-    err_since: list[tuple[float, float]] = []
-    t_start = time.perf_counter()
-    train_time = 0.0
-
-    def record(r: int) -> None:
-        history.append(
-            history_row(r, s.rounds_per_epoch, parties, server, dataset, config, ledger, err_since)
-        )
-
-    def checkpoint_arrays() -> dict[str, torch.Tensor]:
-        """The tensors of the training state (views: copying into them restores it)."""
-        out = {
-            f"models.{i}.{k}": v
-            for i, net in enumerate([*parties, server])
-            for k, v in net.state_dict().items()
-        }
-        out.update({f"memory.{m}": v for m, v in enumerate(memory)})
-        return out
-
-    identity = checkpoint_identity(dataset, config)
+    rec = RunRecord(s, dataset, config)
     start_epoch, r = 0, 0
     if checkpoint is not None and os.path.exists(checkpoint):
-        # pickle-free: identity, sizes and the array table are checked before anything is loaded
-        targets = checkpoint_arrays()
-        st, arrays = read_checkpoint(checkpoint, identity=identity, arrays=array_layout(targets))
-        try:
-            for name, t in targets.items():
-                t.copy_(torch.from_numpy(arrays[name]))
-            batch_gen.bit_generator.state = st["batch_gen"]
-            if len(st["comp_gens"]) != len(comp_gens):
-                raise ValueError(f"{len(st['comp_gens'])} compressor generators")
-            for g, gs in zip(comp_gens, st["comp_gens"]):
-                g.bit_generator.state = gs
-            for ups, srv, paper in st["ledger"]:
-                ledger.record(RoundBits(tuple(int(u) for u in ups), int(srv)), float(paper))
-            if set(st["log"]) != set(log) or not all(
-                isinstance(v, list) for v in st["log"].values()
-            ):
-                raise ValueError(f"log keys {sorted(st['log'])}")
-            log.update(st["log"])
-            if not all(isinstance(row, dict) for row in st["history"]):
-                raise ValueError("history rows")
-            history.extend(st["history"])
-            err_since.extend((float(a), float(b)) for a, b in st["err_since"])
-            start_epoch, r, train_time = int(st["epoch"]), int(st["round"]), float(st["train_time"])
-        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
-            raise ValueError(
-                f"checkpoint {os.fspath(checkpoint)!r} holds a malformed training state "
-                f"({type(exc).__name__}: {exc}); remove it or pass another path"
-            ) from None
+        arrays = checkpoint_arrays(parties, server, memory)
+        start_epoch, r = resume(checkpoint, dataset, config, arrays, batch_gen, comp_gens, rec)
     else:
-        record(0)
-    last: tuple[Any, ...] = (None, None, 0)
+        rec.add_row(0, parties, server)
+    last: tuple[Any, ...] = (None, None)
     for _epoch in range(start_epoch, config.epochs):
         batches = minibatches(n, B, batch_gen)
         tick = time.perf_counter()
@@ -728,14 +911,12 @@ def train(
         order = torch.from_numpy(np.concatenate(batches))
         X_ep = [X[order] for X in Xtr]
         y_ep = ytr[order]
-        train_time += time.perf_counter() - tick
+        rec.train_time += time.perf_counter() - tick
         lo = 0
         for batch in batches:
             tick = time.perf_counter()
             t0 = r * Q
-            eta = float(s.lr(t0))
-            if not (math.isfinite(eta) and eta > 0):
-                raise ValueError(f"lr schedule gave a step size {eta} at t0={t0}; need > 0")
+            eta = s.step_size(t0)
             comps = s.compressor_at(r)
             c0 = s.server_compressor_at(r)
             bsz = len(batch)
@@ -744,24 +925,12 @@ def train(
             xb = [X[lo:hi] for X in X_ep]
             yb = y_ep[lo:hi]
             lo = hi
-            if comps is not last[0] or c0 is not last[1] or bsz != last[2]:
-                key = (tuple(id(c) for c in comps), id(c0), bsz)
-                if key not in bits_cache:  # bits depend only on the compressors and shapes
-                    b_nom = float(np.mean([nominal_bits(c) for c in comps]))
-                    rb0 = round_bits(comps, c0, bsz, s.emb_sizes, theta0_size)
-                    exact = [_exact_identity(c, dtype) for c in comps]
-                    bits_cache[key] = (
-                        rb0,
-                        paper_cost_model(b_nom, float(np.mean(s.emb_sizes)), bsz, M, theta0_size),
-                        rb0.total,
-                        exact,
-                        any(exact),
-                        all(exact) and not config.error_feedback,
-                        _exact_identity(c0, dtype),
-                        (tuple(comps), c0),  # keeps the compressors alive: their ids stay unique
-                    )
-                rb, paper_bits, rb_total, exact, any_exact, all_exact, exact0, _ = bits_cache[key]
-                last = (comps, c0, bsz)
+            if comps is not last[0] or c0 is not last[1]:  # which messages are lossless
+                exact = [_exact_identity(c, dtype) for c in comps]
+                any_exact = any(exact)
+                all_exact = all(exact) and not config.error_feedback
+                exact0 = _exact_identity(c0, dtype)
+                last = (comps, c0)
 
             # -- round start: fresh embeddings h_m(θ_m^{t0}) (kept with graph for local step 0)
             H = [p(x) for p, x in zip(parties, xb)]
@@ -831,7 +1000,7 @@ def train(
                 if Q > 1 or not joint0:
                     yrep = yb.repeat(M + 1)
                     Zhat3 = Zhat.unsqueeze(0)
-            ledger.record(rb, paper_bits)
+            bits = rec.account(comps, c0, bsz)
 
             # -- Q local steps on the same mini-batch
             for step in range(Q):
@@ -868,63 +1037,23 @@ def train(
                 grads = torch.autograd.grad(loss, all_params, allow_unused=True)
                 _sgd_step(all_params, grads, eta)
             r += 1
-            log["bits"].append(rb_total)
-            log["embedding_error"].append(e_emb)
-            log["embedding_error_by_party"].append(e_party)
-            log["server_model_error"].append(e_srv)
-            log["lr"].append(eta)
-            err_since.append((e_emb, e_srv))
-            train_time += time.perf_counter() - tick
-            if r % eval_every == 0 or r == total_rounds:
-                record(r)
+            rec.log_round(bits, e_party, e_srv, eta)
+            rec.train_time += time.perf_counter() - tick
+            if s.evaluates_after(r):
+                rec.add_row(r, parties, server)
         if checkpoint is not None:
-            write_checkpoint(
+            rec.save(
                 checkpoint,
-                identity=identity,
-                arrays=checkpoint_arrays(),
-                state={
-                    "epoch": _epoch + 1,
-                    "round": r,
-                    "train_time": train_time,
-                    "batch_gen": batch_gen.bit_generator.state,
-                    "comp_gens": [g.bit_generator.state for g in comp_gens],
-                    "ledger": [
-                        [list(rb_.uploads), rb_.server_model, pb]
-                        for rb_, pb in zip(ledger.rounds, ledger.paper)
-                    ],
-                    "log": log,
-                    "history": history,
-                    "err_since": err_since,
-                },
+                checkpoint_arrays(parties, server, memory),
+                _epoch + 1,
+                r,
+                batch_gen,
+                [g.bit_generator.state for g in comp_gens],
             )
         if on_epoch_end is not None:
             on_epoch_end(_epoch + 1)
 
-    for net in [*parties, server]:
-        for q in net.parameters():
-            if not bool(torch.isfinite(q).all()):
-                raise FloatingPointError(
-                    "training diverged (non-finite parameters); lower lr or check the compressor"
-                )
-    metric_vals = [row["test_f1" if dataset.metric == "f1" else "test_accuracy"] for row in history]
-    summary = {
-        **ledger.summary(),
-        "train_seconds": train_time,
-        "wall_seconds": time.perf_counter() - t_start,
-        "embedding_sizes": s.emb_sizes,
-        "theta0_size": theta0_size,
-        "rounds_per_epoch": s.rounds_per_epoch,
-        "final_metric": metric_vals[-1],
-        "max_metric": max(metric_vals),
-    }
-    return RunResult(
-        config.to_dict(),
-        dataset.describe(),
-        history,
-        log,
-        summary,
-        models={"parties": parties, "server": server},
-    )
+    return rec.finish(parties, server)
 
 
 def joint_sgd(

@@ -166,11 +166,10 @@ class _Fault:
 
 
 def _result_payload(res: RunResult) -> dict[str, Any]:
+    """The server's result for the launcher: the modules' state by value, the rest as it is."""
     models = res.models or {}
     return {
-        "history": res.history,
-        "rounds": res.rounds,
-        "summary": res.summary,
+        "result": dataclasses.replace(res, models=None),
         "state": [
             {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}  # by value
             for net in [*models["parties"], models["server"]]
@@ -342,14 +341,10 @@ def train_distributed(
     parties, server = s.parties, s.server
     for net, state in zip([*parties, server], payload["state"]):
         net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-    summary = dict(payload["summary"])
-    summary["bytes_sent"] = [dict(outcomes[r][2]) for r in range(world)]
-    return RunResult(
-        config.to_dict(),
-        dataset.describe(),
-        payload["history"],
-        payload["rounds"],
-        summary,
+    res = payload["result"]  # the server's RunRecord.finish, with the bytes every process sent
+    return dataclasses.replace(
+        res,
+        summary={**res.summary, "bytes_sent": [dict(outcomes[r][2]) for r in range(world)]},
         models={"parties": parties, "server": server},
     )
 

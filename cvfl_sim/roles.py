@@ -25,9 +25,9 @@ fast vectorised execution of the same algorithm.
 Measurement. Evaluations and checkpoints need the whole model in one place: at those rounds the
 parties send their parameters (and, for a checkpoint, their generator states) and their measured
 compression errors :math:`\|\varepsilon_m^{t_0}\|_F^2` (C2) to the server as ``"measurement"``
-messages, counted apart from the algorithm's bytes. The server evaluates with
-:func:`cvfl_sim.algorithm.evaluate` and writes the same pickle-free checkpoint as ``train``
-(:mod:`cvfl_sim.checkpoint`), so either backend resumes the other's file.
+messages, counted apart from the algorithm's bytes. The server keeps the run's ledger, log,
+history, checkpoint and result with ``train``'s own :class:`~cvfl_sim.algorithm.RunRecord`, so
+the results agree and either backend resumes the other's (pickle-free) checkpoint file.
 """
 
 from __future__ import annotations
@@ -48,18 +48,17 @@ from cvfl_theory.compressors import Compressed
 
 from .algorithm import (
     CVFLConfig,
+    RunRecord,
     _diverged,
     _Setup,
     _setup,
     _sgd_step,
-    checkpoint_identity,
-    history_row,
+    checkpoint_arrays,
     minibatches,
-    nominal_bits,
+    resume,
 )
-from .checkpoint import array_layout, read_checkpoint, write_checkpoint
 from .data import VerticalDataset
-from .ledger import BitLedger, RoundBits, paper_cost_model, round_bits
+from .models import count_parameters
 from .results import RunResult
 from .transport import InProcessTransport, PeerError, Transport
 
@@ -95,10 +94,15 @@ def _state_bytes(module: nn.Module) -> bytes:
     return b"".join(v.detach().contiguous().numpy().tobytes() for v in module.state_dict().values())
 
 
+def _state_nbytes(module: nn.Module) -> int:
+    """Length of :func:`_state_bytes` of ``module`` (from its own layout)."""
+    return sum(v.numel() * v.element_size() for v in module.state_dict().values())
+
+
 def _load_state_bytes(module: nn.Module, data: bytes, sender: int, r: int) -> None:
     """Copy raw parameter bytes into ``module``, checking the length against its own layout."""
     sd = module.state_dict()
-    need = sum(v.numel() * v.element_size() for v in sd.values())
+    need = _state_nbytes(module)
     if len(data) != need:
         raise PeerError(sender, r, f"sent {len(data)} parameter bytes, expected {need}")
     off = 0
@@ -170,12 +174,13 @@ class Party:
     ) -> None:
         self.m = m
         self.model = model
-        self.params = [q for q in model.parameters() if q.requires_grad]
+        self.params: list[torch.Tensor] = [q for q in model.parameters() if q.requires_grad]
         self.X, self.y = features, labels
         self.dtype = features.dtype
         self.server_hat = server_copy
         for q in server_copy.parameters():
             q.requires_grad_(False)
+        self.theta0_size = count_parameters(server_copy)  # |θ_0|, fixed
         self.sizes = list(embedding_sizes)
         self.rng = rng
         self.memory = _Memories(len(labels), self.sizes, self.dtype, error_feedback)
@@ -208,8 +213,7 @@ class Party:
             dec = decode(data, comps[j - 1], (bsz, self.sizes[j - 1]), self.dtype, SERVER, r)
             self.stale[j - 1] = self.memory.after(j, self.idx, dec)
         params = list(self.server_hat.parameters())
-        size = sum(q.numel() for q in params)
-        theta0_hat = decode(model_msg, c0, (1, size), self.dtype, SERVER, r).reshape(-1)
+        theta0_hat = decode(model_msg, c0, (1, self.theta0_size), self.dtype, SERVER, r).reshape(-1)
         with torch.no_grad():
             for v, q in zip(theta0_hat.split([q.numel() for q in params]), params):
                 q.copy_(v.reshape(q.shape))
@@ -261,13 +265,12 @@ class Server:
         dtype: torch.dtype,
     ) -> None:
         self.model = model
-        self.params = [q for q in model.parameters() if q.requires_grad]
+        self.params: list[torch.Tensor] = [q for q in model.parameters() if q.requires_grad]
         self.y = labels
         self.sizes = list(embedding_sizes)
         self.rng = rng
         self.dtype = dtype
         self.memory = _Memories(len(labels), self.sizes, dtype, error_feedback)
-        self.theta0_size = sum(q.numel() for q in self.model.parameters())  # |θ_0|, fixed
 
     def gather(self, r: int, idx: torch.Tensor, uploads: dict[int, bytes], comps: Any) -> None:
         r"""Decode the parties' :math:`C_m(h_m)`: the embeddings of :math:`\hat\Phi^{t_0}`."""
@@ -297,33 +300,24 @@ class Server:
         _sgd_step(self.params, torch.autograd.grad(loss, self.params, allow_unused=True), eta)
 
 
-class _Record:
-    """The server's bookkeeping: ledger (C6), per-round log, history, checkpoint (not C1 itself)."""
+class _Record(RunRecord):
+    """The server's bookkeeping (ledger, log, history, checkpoint; not C1 itself).
+
+    The shared :class:`~cvfl_sim.algorithm.RunRecord`, fed by the parties' measurement reports:
+    the ledger counts each round as it ends, the log takes the round once its parties' measured
+    errors arrive.
+    """
 
     def __init__(self, s: _Setup, dataset: VerticalDataset, config: CVFLConfig, server: Server):
-        self.s, self.dataset, self.config = s, dataset, config
+        super().__init__(s, dataset, config)
         self.replicas = copy.deepcopy(s.parties)  # the parties' models as last reported
         self.server = server
-        self.ledger = BitLedger()
-        self.log: dict[str, list[Any]] = {
-            k: [] for k in ("bits", "embedding_error", "embedding_error_by_party")
-        }
-        self.log.update(server_model_error=[], lr=[])
-        self.history: list[dict[str, Any]] = []
-        self.err_since: list[tuple[float, float]] = []
         self.pending: list[tuple[int, float, float]] = []  # (round bits, e_srv, lr) per round
-        self.train_time = 0.0
         self.round_seconds: list[float] = []  # the server's wall time of each round (this run)
 
     def round_done(self, comps: Sequence[Any], c0: Any, bsz: int, eta: float) -> None:
-        """Account one round's messages in the ledger (C6) from the compressors' payload bits."""
-        s = self.s
-        M = len(s.emb_sizes)
-        rb = round_bits(comps, c0, bsz, s.emb_sizes, self.server.theta0_size)
-        b_nom = float(np.mean([nominal_bits(c) for c in comps]))
-        mean_p = float(np.mean(s.emb_sizes))
-        self.ledger.record(rb, paper_cost_model(b_nom, mean_p, bsz, M, self.server.theta0_size))
-        self.pending.append((rb.total, self.server.server_error, eta))
+        """Account one round's messages in the ledger (C6); its log waits for the reports."""
+        self.pending.append((self.account(comps, c0, bsz), self.server.server_error, eta))
 
     def take_reports(self, reports: dict[int, list[bytes]], r: int) -> list[Any]:
         """Load the parties' parameters, fold their errors into the log; return generator states."""
@@ -342,42 +336,13 @@ class _Record:
                 except (UnicodeDecodeError, ValueError) as exc:
                     raise PeerError(m, r, f"sent a bad generator state: {exc}") from None
         for i, (bits, e_srv, eta) in enumerate(self.pending):
-            e_party = [e[i] for e in errs]
-            e_emb = float(sum(e_party))
-            self.log["bits"].append(bits)
-            self.log["embedding_error"].append(e_emb)
-            self.log["embedding_error_by_party"].append(e_party)
-            self.log["server_model_error"].append(e_srv)
-            self.log["lr"].append(eta)
-            self.err_since.append((e_emb, e_srv))
+            self.log_round(bits, [e[i] for e in errs], e_srv, eta)
         self.pending = []
         return states
 
     def record(self, r: int) -> None:
-        """One history row, as :func:`cvfl_sim.algorithm.train` writes it (the same function)."""
-        row = history_row(
-            r,
-            self.s.rounds_per_epoch,
-            self.replicas,
-            self.server.model,
-            self.dataset,
-            self.config,
-            self.ledger,
-            self.err_since,
-        )
-        self.history.append(row)
-
-
-def _checkpoint_arrays(
-    parties: Sequence[nn.Module], server: nn.Module, memory: _Memories
-) -> dict[str, torch.Tensor]:
-    out = {
-        f"models.{i}.{k}": v
-        for i, net in enumerate([*parties, server])
-        for k, v in net.state_dict().items()
-    }
-    out.update({f"memory.{m}": v for m, v in enumerate(memory.tables)})
-    return out
+        """The history row after round ``r``, of the reported parties and the server's model."""
+        self.add_row(r, self.replicas, self.server.model)
 
 
 def run_roles(
@@ -444,9 +409,6 @@ def run_roles(
     if SERVER in ranks:
         server = Server(s.server, ytr, s.emb_sizes, np.random.default_rng(comp_seqs[M]), ef, dtype)
         rec = _Record(s, dataset, config, server)
-    total_rounds = s.rounds_per_epoch * config.epochs
-    eval_every = config.eval_every or s.rounds_per_epoch
-    t_start = time.perf_counter()
 
     start_epoch, r = 0, 0
     if checkpoint is not None and os.path.exists(checkpoint):
@@ -460,10 +422,7 @@ def run_roles(
             transport.send_phase(m, [(SERVER, f) for f in p.report(with_rng)], "measurement")
         if rec is None:
             return []
-        lim = [
-            sum(v.numel() * v.element_size() for v in net.state_dict().values())
-            for net in rec.replicas
-        ]
+        lim = [_state_nbytes(net) for net in rec.replicas]
         reps = {
             m: [
                 transport.recv(m, SERVER, lim[m - 1]),
@@ -485,9 +444,7 @@ def run_roles(
                 if fault is not None:
                     fault(rank, r)
             t0 = r * Q  # "if t mod Q == 0: a global round starts; t0 := t"
-            eta = float(s.lr(t0))
-            if not (math.isfinite(eta) and eta > 0):
-                raise ValueError(f"lr schedule gave a step size {eta} at t0={t0}; need > 0")
+            eta = s.step_size(t0)  # "η^{t0}", fixed for the round's Q local steps
             comps, c0 = s.compressor_at(r), s.server_compressor_at(r)
             idx = torch.from_numpy(batch)  # "sample mini-batch B^{t0}"
             bsz = len(batch)
@@ -521,8 +478,7 @@ def run_roles(
                 others = {
                     j: transport.recv(SERVER, m, up_limit[j]) for j in range(1, M + 1) if j != m
                 }
-                size = sum(q.numel() for q in p.server_hat.parameters())
-                model_msg = transport.recv(SERVER, m, max_message_bytes(c0, (1, size)))
+                model_msg = transport.recv(SERVER, m, max_message_bytes(c0, (1, p.theta0_size)))
                 p.receive(r, others, model_msg, comps, c0)
 
             # "for m = 0..M in parallel: Φ̂_m^t = {Φ̂_{-m}^{t0}; h_m(θ_m^t)};
@@ -536,79 +492,26 @@ def run_roles(
             if rec is not None:
                 rec.round_seconds.append(time.perf_counter() - tick)
                 rec.train_time += rec.round_seconds[-1]
-            if r % eval_every == 0 or r == total_rounds:
+            if s.evaluates_after(r):
                 report(with_rng=False)
                 if rec is not None:
                     rec.record(r)
         if checkpoint is not None:
             states = report(with_rng=True)
             if rec is not None and server is not None:
-                _save(checkpoint, dataset, config, rec, server, states, batch_gen, epoch + 1, r)
+                arrays = checkpoint_arrays(rec.replicas, server.model, server.memory.tables)
+                gen_states = [*states, server.rng.bit_generator.state]
+                rec.save(checkpoint, arrays, epoch + 1, r, batch_gen, gen_states)
         if on_epoch_end is not None and rec is not None:
             on_epoch_end(epoch + 1)
 
     if rec is None or server is None:
         return None
-    for net in [*rec.replicas, server.model]:
-        for q in net.parameters():
-            if not bool(torch.isfinite(q).all()):
-                raise FloatingPointError(
-                    "training diverged (non-finite parameters); lower lr or check the compressor"
-                )
-    metric = "test_f1" if dataset.metric == "f1" else "test_accuracy"
-    values = [row[metric] for row in rec.history]
-    summary = {
-        **rec.ledger.summary(),
-        "train_seconds": rec.train_time,
-        "wall_seconds": time.perf_counter() - t_start,
-        "embedding_sizes": s.emb_sizes,
-        "theta0_size": server.theta0_size,
-        "rounds_per_epoch": s.rounds_per_epoch,
-        "final_metric": values[-1],
-        "max_metric": max(values),
-        "bytes_sent": [dict(transport.bytes_sent[k]) for k in sorted(transport.bytes_sent)],
-        "round_seconds": rec.round_seconds,
-    }
-    return RunResult(
-        config.to_dict(),
-        dataset.describe(),
-        rec.history,
-        rec.log,
-        summary,
-        models={"parties": rec.replicas, "server": server.model},
-    )
-
-
-def _save(
-    path: str | os.PathLike[str],
-    dataset: VerticalDataset,
-    config: CVFLConfig,
-    rec: _Record,
-    server: Server,
-    party_rng_states: list[Any],
-    batch_gen: np.random.Generator,
-    epoch: int,
-    r: int,
-) -> None:
-    """The server writes ``train``'s checkpoint from its state and the parties' reports."""
-    write_checkpoint(
-        path,
-        identity=checkpoint_identity(dataset, config),
-        arrays=_checkpoint_arrays(rec.replicas, server.model, server.memory),
-        state={
-            "epoch": epoch,
-            "round": r,
-            "train_time": rec.train_time,
-            "batch_gen": batch_gen.bit_generator.state,
-            "comp_gens": [*party_rng_states, server.rng.bit_generator.state],
-            "ledger": [
-                [list(rb.uploads), rb.server_model, pb]
-                for rb, pb in zip(rec.ledger.rounds, rec.ledger.paper)
-            ],
-            "log": rec.log,
-            "history": rec.history,
-            "err_since": rec.err_since,
-        },
+    return rec.finish(
+        rec.replicas,
+        server.model,
+        bytes_sent=[dict(transport.bytes_sent[k]) for k in sorted(transport.bytes_sent)],
+        round_seconds=rec.round_seconds,
     )
 
 
@@ -622,50 +525,23 @@ def _resume(
     rec: _Record | None,
     batch_gen: np.random.Generator,
 ) -> tuple[int, int]:
-    """Every local role takes its part of a checkpoint (``train``'s format, checked first)."""
-    M = dataset.n_parties
+    """Every local role takes its part of ``train``'s checkpoint (:func:`~.algorithm.resume`)."""
     memory = _Memories(dataset.n_train, s.emb_sizes, s.dtype, config.error_feedback)
-    template = _checkpoint_arrays(s.parties, s.server, memory)
-    st, arrays = read_checkpoint(
-        path, identity=checkpoint_identity(dataset, config), arrays=array_layout(template)
-    )
-    try:
-        with torch.no_grad():
-            for name, t in template.items():  # s.parties / s.server are the roles' own modules
-                t.copy_(torch.from_numpy(arrays[name]))
-        if len(st["comp_gens"]) != M + 1:
-            raise ValueError(f"{len(st['comp_gens'])} compressor generators")
-        batch_gen.bit_generator.state = st["batch_gen"]
-        roles_mem = [p.memory for p in parties.values()]
-        if server is not None:
-            roles_mem.append(server.memory)
-        for mem in roles_mem:
-            for tab, src in zip(mem.tables, memory.tables):
-                tab.copy_(src)
-        for m, p in parties.items():
-            p.rng.bit_generator.state = st["comp_gens"][m - 1]
-        if server is not None and rec is not None:
-            server.rng.bit_generator.state = st["comp_gens"][M]
-            for rep, net in zip(rec.replicas, s.parties):
-                rep.load_state_dict(net.state_dict())
-            for ups, srv, paper in st["ledger"]:
-                rec.ledger.record(RoundBits(tuple(int(u) for u in ups), int(srv)), float(paper))
-            if set(st["log"]) != set(rec.log) or not all(
-                isinstance(v, list) for v in st["log"].values()
-            ):
-                raise ValueError(f"log keys {sorted(st['log'])}")
-            rec.log.update(st["log"])
-            if not all(isinstance(row, dict) for row in st["history"]):
-                raise ValueError("history rows")
-            rec.history.extend(st["history"])
-            rec.err_since.extend((float(a), float(b)) for a, b in st["err_since"])
-            rec.train_time = float(st["train_time"])
-        return int(st["epoch"]), int(st["round"])
-    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
-        raise ValueError(
-            f"checkpoint {os.fspath(path)!r} holds a malformed training state "
-            f"({type(exc).__name__}: {exc}); remove it or pass another path"
-        ) from None
+    gens = [parties[m].rng if m in parties else None for m in range(1, dataset.n_parties + 1)]
+    gens.append(None if server is None else server.rng)
+    # s.parties / s.server are the local roles' own modules; memories and replicas are copies
+    arrays = checkpoint_arrays(s.parties, s.server, memory.tables)
+    done = resume(path, dataset, config, arrays, batch_gen, gens, rec)
+    roles_mem = [p.memory for p in parties.values()]
+    if server is not None:
+        roles_mem.append(server.memory)
+    for mem in roles_mem:
+        for tab, src in zip(mem.tables, memory.tables):
+            tab.copy_(src)
+    if rec is not None:
+        for rep, net in zip(rec.replicas, s.parties):
+            rep.load_state_dict(net.state_dict())
+    return done
 
 
 def train_roles(

@@ -69,6 +69,24 @@ def test_ledger_partial_last_batch_uses_its_size():
     assert res.rounds["bits"] == per_round
 
 
+@pytest.mark.parametrize("backend", ["inprocess", "roles"])
+def test_ledger_follows_a_schedule_of_new_compressors_each_round(backend):
+    ds = _tiny()
+    # a new ScalarQuantizer(b_r, "minmax-row") every round (for C_0 too), b_r = 2, 3, 4, 2: a
+    # per-round bits cache keyed by the compressors must never take one for another
+    # (U_1 + U_2 = 32 b + 512, server row 18 b + 64: round = M (50 b + 576) = 100 b + 1152)
+    cfg = CVFLConfig(
+        epochs=2,
+        batch_size=4,
+        embedding_size=[3, 5],
+        compressor=lambda r: ScalarQuantizer(2 + r % 3, range="minmax-row"),
+    )
+    res = train(ds, cfg, backend=backend)
+    bits = [2, 3, 4, 2]
+    assert res.rounds["bits"] == [100 * b + 1152 for b in bits]
+    assert res.summary["paper_model_bits"] == sum(b * 164 for b in bits)  # b (2 P B M^2 + 18 M)
+
+
 def test_bitledger_cumulative():
     led = BitLedger()
     led.record(RoundBits((1, 2), 3), 10.0)
