@@ -281,3 +281,10 @@ def test_json_html_and_plot(probed):
     ax2 = chk.plot()
     assert ax2.figure.number in plt.get_fignums()  # a pyplot-managed figure
     plt.close("all")
+
+
+def test_cli_threads_is_checked_before_work(capsys):
+    from cvfl_sim.cli import main
+
+    assert main(["bound", "--threads", "0"]) == 2  # refused before any data is loaded
+    assert "--threads must be >= 1, got 0" in capsys.readouterr().err

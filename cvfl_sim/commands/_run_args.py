@@ -18,7 +18,7 @@ _KINDS = ("none", "scalar", "lattice", "topk")
 def add_run_arguments(
     p: argparse.ArgumentParser, *, Q: int, lr: float, embedding_size: int, compressor: str
 ) -> None:
-    """Add ``--Q --epochs --lr --batch-size --embedding-size --compressor --bits --seed --progress``.
+    """Add the options of one run (``--Q``, ``--epochs`` ... ``--progress``, ``--threads``).
 
     ``compressor`` is the subcommand's default compressor; with a default other than ``none``
     and no ``--bits`` the run is uncompressed (``b = 32``), as help says.
@@ -45,6 +45,12 @@ def add_run_arguments(
         "--progress",
         action="store_true",
         help="print one line per evaluation to stderr while training (CVFLConfig.progress)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (one is the fastest for these small models)",
     )
     p.set_defaults(default_compressor=compressor)
 

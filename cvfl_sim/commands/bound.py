@@ -1,8 +1,8 @@
 """``cvfl bound``: Lemma 1 measured and Theorem 4.2 term by term beside a real run (C4.1, C4.2, C9).
 
 Registering the command imports nothing heavy; torch is imported when it runs. The command runs
-with one torch intra-op thread (``torch.set_num_threads(1)``, restored afterwards): its models
-are tiny and its cost is many small double-backward passes, which extra threads only slow down.
+with ``--threads`` torch intra-op threads (default one, restored afterwards): its models are
+tiny and its cost is many small double-backward passes, which extra threads only slow down.
 """
 
 from __future__ import annotations
@@ -75,16 +75,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Train with the probe, estimate, compare and print; bad input raises ``ValueError``."""
+    from ..threads import check_threads, torch_threads
+
     if args.every < 1:
         raise ValueError(f"--every must be >= 1, got {args.every}")
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    check_threads(args.threads, "--threads")
+    with torch_threads(args.threads):
         return _run(args)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(args: argparse.Namespace) -> int:

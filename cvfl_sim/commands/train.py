@@ -39,12 +39,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--eval-every", type=int, default=None, help="rounds between evaluations (default: epoch)"
     )
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch intra-op threads (one is the fastest for these small models)",
-    )
     p.add_argument("--out", default=None, help="save the RunResult to this path (.json)")
     p.add_argument(
         "--checkpoint",
