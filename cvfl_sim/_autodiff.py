@@ -106,6 +106,42 @@ def column_blocks(sizes: Sequence[int], B: int) -> list[torch.Tensor]:
     return out
 
 
+def embedding_hessian_blocks(
+    server: nn.Module,
+    theta0: torch.Tensor,
+    Z: torch.Tensor,
+    y: torch.Tensor,
+    sizes: Sequence[int],
+    blocks: Sequence[int] | None = None,
+) -> list[torch.Tensor]:
+    r"""The cross blocks :math:`\nabla^2_{h_m, \Phi_{-m}} F_B` at :math:`(\theta_0, Z)` (C3.4, chain).
+
+    One row per entry of :math:`h_m` (``h_0 = θ_0``, so ``m = 0`` has one row per server parameter)
+    and one column per entry of everything else block ``m`` sees, :math:`\Phi_{-m}`: for ``m >= 1``
+    :math:`\theta_0` and the other parties' embeddings of the batch, in the order
+    ``[θ_0, vec(Z)]`` with block ``m``'s own columns removed; for ``m = 0`` every embedding.
+    This is the Hessian in the **embeddings** of C3.4 (the chain reading of Lemma 1).
+
+    The gradient graph of :math:`F_B` is built once and serves every block of ``blocks``
+    (default ``0..M``), returned in that order.
+    """
+    t = theta0.detach().clone().requires_grad_(True)
+    z = Z.detach().clone().requires_grad_(True)
+    g_t, g_z = grad(server_loss(server, t, z, y), [t, z], create_graph=True)
+    cols = column_blocks(sizes, Z.shape[0])
+    out = []
+    for m in range(len(sizes) + 1) if blocks is None else blocks:
+        if m == 0:
+            out.append(jacobian(g_t, [z]))
+            continue
+        idx = cols[m - 1]
+        rows = jacobian(g_z.reshape(-1)[idx], [t, z])
+        keep = torch.ones(rows.shape[1], dtype=torch.bool)
+        keep[t.numel() + idx] = False
+        out.append(rows[:, keep])
+    return out
+
+
 def embedding_hessian_block(
     server: nn.Module,
     theta0: torch.Tensor,
@@ -114,24 +150,8 @@ def embedding_hessian_block(
     sizes: Sequence[int],
     m: int,
 ) -> torch.Tensor:
-    r"""The cross block :math:`\nabla^2_{h_m, \Phi_{-m}} F_B` at :math:`(\theta_0, Z)` (C3.4, chain).
-
-    One row per entry of :math:`h_m` (``h_0 = θ_0``, so ``m = 0`` has one row per server parameter)
-    and one column per entry of everything else block ``m`` sees, :math:`\Phi_{-m}`: for ``m >= 1``
-    :math:`\theta_0` and the other parties' embeddings of the batch, in the order
-    ``[θ_0, vec(Z)]`` with block ``m``'s own columns removed; for ``m = 0`` every embedding.
-    This is the Hessian in the **embeddings** of C3.4 (the chain reading of Lemma 1).
-    """
-    t = theta0.detach().clone().requires_grad_(True)
-    z = Z.detach().clone().requires_grad_(True)
-    g_t, g_z = grad(server_loss(server, t, z, y), [t, z], create_graph=True)
-    if m == 0:
-        return jacobian(g_t, [z])
-    idx = column_blocks(sizes, Z.shape[0])[m - 1]
-    rows = jacobian(g_z.reshape(-1)[idx], [t, z])
-    keep = torch.ones(rows.shape[1], dtype=torch.bool)
-    keep[t.numel() + idx] = False
-    return rows[:, keep]
+    r"""The one block ``m`` of :func:`embedding_hessian_blocks` (C3.4, chain)."""
+    return embedding_hessian_blocks(server, theta0, Z, y, sizes, [m])[0]
 
 
 def embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -110,6 +110,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from cvfl_theory._validate import check_int_in_range
 from cvfl_theory.table import Table
 
 from .algorithm import CVFLConfig, train
@@ -250,10 +251,9 @@ def embedding_jacobian_sup(X: Any, B: int) -> float:
     3.1622776601683795
     """
     Xt = augment(X)
-    if isinstance(B, bool) or not isinstance(B, (int, np.integer)) or not 1 <= B <= Xt.shape[0]:
-        raise ValueError(f"B must be an integer in [1, {Xt.shape[0]}], got {B!r}")
+    B = check_int_in_range(B, "B", 1, Xt.shape[0])
     rows = np.sort(np.sum(Xt**2, axis=1))[::-1]
-    return float(math.sqrt(min(np.linalg.norm(Xt, 2) ** 2, rows[: int(B)].sum())))
+    return float(math.sqrt(min(np.linalg.norm(Xt, 2) ** 2, rows[:B].sum())))
 
 
 def _blocks(A: np.ndarray, sizes: Sequence[int], m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -291,34 +291,67 @@ def cross_hessian_norm(A: Any, logits: Any, sizes: Sequence[int], m: int) -> flo
     return float(np.max(np.linalg.norm(mats, 2, axis=(1, 2)))) / o.shape[0]
 
 
+def _point_softmax(
+    point: LinearPoint, parts: Sequence[np.ndarray], y: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r""":math:`\tilde Z`, :math:`g_i` and :math:`s_i` at a point: one forward pass, one softmax."""
+    Zt = _embeddings(point, parts)
+    _, g, _, s = softmax_parts(Zt @ point.A.T, y)
+    return Zt, g, s
+
+
+def _smoothness(
+    A: np.ndarray, Xt: Sequence[np.ndarray], Zt: np.ndarray, g: np.ndarray, s: np.ndarray
+) -> float:
+    r""":func:`smoothness_bound` from a point's parts (see :func:`_point_softmax`).
+
+    ``A`` is the head ``(K, P + 1)``, ``Xt`` the augmented features, ``Zt``, ``g``, ``s`` the
+    point's :math:`\tilde Z`, :math:`g_i`, :math:`s_i`.
+    """
+    N = Zt.shape[0]
+    lam_z = float(np.linalg.eigvalsh((Zt * s[:, None]).T @ Zt / N)[-1])
+    lam_x = max(float(np.linalg.eigvalsh((x * s[:, None]).T @ x / N)[-1]) for x in Xt)
+    a2 = float(np.linalg.norm(A[:, :-1], 2)) ** 2
+    r = np.max(np.stack([np.linalg.norm(x, axis=1) for x in Xt]), axis=0)
+    return 2.0 * max(lam_z, a2 * lam_x) + float(np.mean(np.linalg.norm(g, axis=1) * r))
+
+
 def smoothness_bound(point: LinearPoint, parts: Sequence[np.ndarray], y: Any) -> float:
     r"""Upper bound on :math:`L = \|\nabla^2 F(\Theta)\|_2` at one point (C3.1, module docstring).
 
     :math:`L \le 2\max(\lambda_Z, \|A\|^2\lambda_X) + \frac1N\sum_i \|g_i\| r_i`, computed from
     the point's exact :math:`s_i`, :math:`g_i` over the samples ``parts``, ``y``.
     """
-    Zt = _embeddings(point, parts)
-    _, g, _, s = softmax_parts(Zt @ point.A.T, y)
-    N = Zt.shape[0]
-    lam_z = float(np.linalg.eigvalsh((Zt * s[:, None]).T @ Zt / N)[-1])
-    Xt = [augment(x) for x in parts]
-    lam_x = max(float(np.linalg.eigvalsh((x * s[:, None]).T @ x / N)[-1]) for x in Xt)
-    a2 = float(np.linalg.norm(point.A[:, :-1], 2)) ** 2
-    r = np.max(np.stack([np.linalg.norm(x, axis=1) for x in Xt]), axis=0)
-    return 2.0 * max(lam_z, a2 * lam_x) + float(np.mean(np.linalg.norm(g, axis=1) * r))
+    Zt, g, s = _point_softmax(point, parts, y)
+    return _smoothness(point.A, [augment(x) for x in parts], Zt, g, s)
 
 
-def _per_sample_grads(point: LinearPoint, parts: Sequence[np.ndarray], y: Any) -> list[np.ndarray]:
-    r"""Per-sample :math:`\nabla_m \ell_i`, flattened: ``[(n, |θ_0|), (n, |θ_1|), …]``."""
-    Zt = _embeddings(point, parts)
-    _, g, _, _ = softmax_parts(Zt @ point.A.T, y)
+def _grad_variances(
+    point: LinearPoint, Xt: Sequence[np.ndarray], Zt: np.ndarray, g: np.ndarray
+) -> np.ndarray:
+    r""":math:`\frac1N\sum_i\|\nabla_m\ell_i - \nabla_m F\|^2` for ``m = 0..M`` (C3.3).
+
+    From the per-sample gradients :math:`\nabla_{\tilde A}\ell_i = g_i\tilde z_i^\top` and
+    :math:`\nabla_{\tilde W_m}\ell_i = A_m^\top g_i \tilde x_{m,i}^\top`; ``Xt`` are the augmented
+    features, ``Zt`` and ``g`` come from :func:`_point_softmax`.
+    """
     n = Zt.shape[0]
-    out = [np.einsum("ik,ip->ikp", g, Zt).reshape(n, -1)]
+    grads = [np.einsum("ik,ip->ikp", g, Zt).reshape(n, -1)]
     for m in range(1, len(point.W) + 1):
         own, _ = _blocks(point.A[:, :-1], point.sizes, m)
         u = g @ own  # A_m^T g_i, (n, P_m)
-        out.append(np.einsum("ip,id->ipd", u, augment(parts[m - 1])).reshape(n, -1))
-    return out
+        grads.append(np.einsum("ip,id->ipd", u, Xt[m - 1]).reshape(n, -1))
+    return np.asarray([float(np.mean(np.sum((G - G.mean(axis=0)) ** 2, axis=1))) for G in grads])
+
+
+def _worst_batch_factor(N: int, B: int, batch_sizes: Sequence[int]) -> float:
+    r""":math:`B \max_b \frac{N-b}{b(N-1)}` over ``batch_sizes`` (each in ``[1, N]``)."""
+    factors = []
+    for b in batch_sizes:
+        if not 1 <= int(b) <= N:
+            raise ValueError(f"batch sizes must be in [1, {N}], got {b}")
+        factors.append((N - b) / (b * (N - 1)) if N > 1 else 0.0)
+    return B * max(factors)
 
 
 def sigma2_exact(
@@ -335,18 +368,9 @@ def sigma2_exact(
     numpy.ndarray
         ``(M + 1,)``, server first.
     """
-    N = len(np.asarray(y))
-    factors = []
-    for b in batch_sizes:
-        if not 1 <= int(b) <= N:
-            raise ValueError(f"batch sizes must be in [1, {N}], got {b}")
-        factors.append((N - b) / (b * (N - 1)) if N > 1 else 0.0)
-    worst = B * max(factors)
-    out = []
-    for G in _per_sample_grads(point, parts, y):
-        v = float(np.mean(np.sum((G - G.mean(axis=0)) ** 2, axis=1)))
-        out.append(worst * v)
-    return np.asarray(out)
+    worst = _worst_batch_factor(len(np.asarray(y)), B, batch_sizes)
+    Zt, g, _ = _point_softmax(point, parts, y)
+    return worst * _grad_variances(point, [augment(x) for x in parts], Zt, g)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -641,8 +665,7 @@ def analytic_constants(
     parts = [np.asarray(p, dtype=np.float64) for p in dataset.train_parts]
     y = np.asarray(dataset.y_train)
     N = len(y)
-    if isinstance(B, bool) or not isinstance(B, (int, np.integer)) or not 1 <= B <= N:
-        raise ValueError(f"B must be an integer in [1, {N}], got {B!r}")
+    B = check_int_in_range(B, "B", 1, N)
     M = len(parts)
     sizes = {B, N - (N // B) * B} - {0}
     b_min = min(sizes)
@@ -650,11 +673,14 @@ def analytic_constants(
     if max_points is not None and len(pts) > max_points:
         idx = np.unique(np.linspace(0, len(pts) - 1, max_points).round().astype(int))
         pts = [pts[i] for i in idx]
+    Xt = [augment(x) for x in parts]
+    worst = _worst_batch_factor(N, B, sorted(sizes))
     sigma2 = np.zeros(M + 1)
     L_points = 0.0
-    for pt in pts:
-        sigma2 = np.maximum(sigma2, sigma2_exact(pt, parts, y, int(B), sorted(sizes)))
-        L_points = max(L_points, smoothness_bound(pt, parts, y))
+    for pt in pts:  # one softmax per point serves sigma2_exact and smoothness_bound
+        Zt, g, s = _point_softmax(pt, parts, y)
+        sigma2 = np.maximum(sigma2, worst * _grad_variances(pt, Xt, Zt, g))
+        L_points = max(L_points, _smoothness(pt.A, Xt, Zt, g, s))
 
     zmax = trajectory.z_max
     a = trajectory.a_max
@@ -663,7 +689,6 @@ def analytic_constants(
     # iterate bound them on every segment between consecutive iterates.
     zf, af = trajectory.z_fresh_max, trajectory.a_iterate_max
     z_op2 = max(float(np.linalg.norm(_embeddings(pt, parts), 2)) ** 2 for pt in trajectory.points)
-    Xt = [augment(x) for x in parts]
     lam_x = max(float(np.linalg.eigvalsh(x.T @ x / N)[-1]) for x in Xt)
     r = np.max(np.stack([np.linalg.norm(x, axis=1) for x in Xt]), axis=0)
     L = max(z_op2 / N, af**2 * lam_x) + SQRT2 * float(np.mean(r))
@@ -680,7 +705,7 @@ def analytic_constants(
         h_srv = (SQRT2 + 0.5 * a[m] * zmax) / sb
         H_emb.append(h_emb)
         H.append(math.sqrt(h_emb**2 + h_srv**2))
-        G.append(embedding_jacobian_sup(parts[m - 1], int(B)))
+        G.append(embedding_jacobian_sup(parts[m - 1], B))
 
     def tup(v: Sequence[float]) -> tuple[float, ...]:
         return tuple(float(x) for x in v)
@@ -693,7 +718,7 @@ def analytic_constants(
         H=tup(H),
         H_emb=tup(H_emb),
         G=tup(G),
-        B=int(B),
+        B=B,
         b_min=int(b_min),
         points=len(trajectory.points),
     )

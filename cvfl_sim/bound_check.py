@@ -41,11 +41,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from cvfl_theory._validate import check_int_in_range
 from cvfl_theory.bounds import C_COMP, C_OPT, C_VAR, BoundTerms, theorem_4_2, theorem_4_4
 from cvfl_theory.table import Table
 
 from ._autodiff import (
-    embedding_hessian_block,
+    embedding_hessian_blocks,
     embedding_jacobian,
     flat_params,
     grad,
@@ -297,9 +298,8 @@ def estimate_constants(
     """
     if not isinstance(config, CVFLConfig):
         raise TypeError(f"config must be a CVFLConfig, got {type(config).__name__}")
-    for name, v, lo in (("batches", batches, 1), ("power_iters", power_iters, 1)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    batches = check_int_in_range(batches, "batches", 1, 2**62)
+    power_iters = check_int_in_range(power_iters, "power_iters", 1, 2**62)
     points: list[ModelSet] = []
     if include_initial:
         points.append(build_models(dataset, config))  # validates dataset and config
@@ -314,7 +314,7 @@ def estimate_constants(
     n = dataset.n_train
     gen_np = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
-    nb = max(1, min(int(batches), n // B))
+    nb = max(1, min(batches, n // B))
 
     L = 0.0
     L_m, sigma2 = np.zeros(M + 1), np.zeros(M + 1)
@@ -369,8 +369,8 @@ def estimate_constants(
             # H_m, G_m (chain reading), and the theta-Hessian of the old literal reading
             Z = torch.cat([e.detach() for e in emb], dim=1)
             sizes = [int(e.shape[1]) for e in emb]
-            for m in range(M + 1):
-                A = embedding_hessian_block(server, theta0, Z, yb, sizes, m)
+            hess = embedding_hessian_blocks(server, theta0, Z, yb, sizes)  # one graph, all m
+            for m, A in enumerate(hess):
                 H[m] = max(H[m], op_norm(A))
                 H_frob[m] = max(H_frob[m], _fro(A))
                 if m == 0:

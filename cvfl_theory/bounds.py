@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import check_int_in_range
+from ._validate import check_int_in_range, check_real
 from .lattice import SQRT3, A2BoxCodebook
 
 __all__ = [
@@ -53,19 +53,6 @@ C_COMP = 92.0
 STEP_FACTOR = 16.0
 
 
-def _positive(value: Any, name: str, allow_zero: bool = False) -> float:
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number, got {value!r}") from None
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        rng = "[0, inf)" if allow_zero else "(0, inf)"
-        raise ValueError(f"{name} must be finite and in {rng}, got {value!r}")
-    return v
-
-
 def _vector(value: Any, name: str, length: int | None = None) -> np.ndarray:
     v = np.atleast_1d(np.asarray(value, dtype=np.float64))
     if v.ndim != 1 or v.size == 0:
@@ -77,17 +64,27 @@ def _vector(value: Any, name: str, length: int | None = None) -> np.ndarray:
     return v
 
 
-def _errors(E: Any, R: int, parties: int) -> np.ndarray:
-    e = np.asarray(E, dtype=np.float64)
-    if e.ndim == 1:
-        e = np.broadcast_to(e, (R, e.size))
-    if e.ndim != 2 or e.shape != (R, parties):
+def _steps(etas: Any) -> np.ndarray:
+    r"""Per-round steps :math:`\eta^{t_0}`: a non-empty 1-D sequence, each finite and ``> 0``."""
+    eta = _vector(etas, "etas")
+    if np.any(eta <= 0):
+        raise ValueError("etas must be > 0")
+    return eta
+
+
+def _per_round(value: Any, name: str, R: int, parties: int) -> np.ndarray:
+    """``(R, M + 1)`` finite non-negative per-round, per-block values (``(M + 1,)``: every round)."""
+    v = np.asarray(value, dtype=np.float64)
+    if v.ndim == 1:
+        v = np.broadcast_to(v, (R, v.size))
+    if v.ndim != 2 or v.shape != (R, parties):
         raise ValueError(
-            f"E must have shape (R, M + 1) = ({R}, {parties}) or (M + 1,), got {np.shape(E)}"
+            f"{name} must have shape (R, M + 1) = ({R}, {parties}) or (M + 1,), "
+            f"got {np.shape(value)}"
         )
-    if not np.all(np.isfinite(e)) or np.any(e < 0):
-        raise ValueError("E must be finite and >= 0")
-    return e
+    if not np.all(np.isfinite(v)) or np.any(v < 0):
+        raise ValueError(f"{name} must be finite and >= 0")
+    return v
 
 
 def max_step_size(Q: int, L: float, L_m: float | Sequence[float] | None = None) -> float:
@@ -107,7 +104,7 @@ def max_step_size(Q: int, L: float, L_m: float | Sequence[float] | None = None) 
     float
     """
     Q = check_int_in_range(Q, "Q", 1, 2**62)
-    Lmax = _positive(L, "L")
+    Lmax = check_real(L, "L", 0.0, low_open=True)
     if L_m is not None:
         Lmax = max(Lmax, float(np.max(_vector(L_m, "L_m"))))
     return 1.0 / (STEP_FACTOR * Q * Lmax)
@@ -133,21 +130,6 @@ def compression_term(E: np.ndarray, H: np.ndarray, G: np.ndarray) -> np.ndarray:
     return np.sum(w * (total - E), axis=1)
 
 
-def _lemma1_bounds(lemma1: Any, R: int, parties: int) -> np.ndarray:
-    r"""Validate the per-round, per-block Lemma-1 bounds (``(R, M + 1)`` or ``(M + 1,)``)."""
-    v = np.asarray(lemma1, dtype=np.float64)
-    if v.ndim == 1:
-        v = np.broadcast_to(v, (R, v.size))
-    if v.ndim != 2 or v.shape != (R, parties):
-        raise ValueError(
-            f"lemma1 must have shape (R, M + 1) = ({R}, {parties}) or (M + 1,), "
-            f"got {np.shape(lemma1)}"
-        )
-    if not np.all(np.isfinite(v)) or np.any(v < 0):
-        raise ValueError("lemma1 must be finite and >= 0")
-    return v
-
-
 def _shared_terms(
     F_gap: float,
     L: float,
@@ -165,8 +147,8 @@ def _shared_terms(
     ``H``, ``G``, ``E``) or ``"supplied"`` (:math:`A^{t_0} = \sum_m` ``lemma1[t0, m]``). Exactly one
     of the two forms must be given.
     """
-    F_gap = _positive(F_gap, "F_gap", allow_zero=True)
-    Lf = _positive(L, "L")
+    F_gap = check_real(F_gap, "F_gap", 0.0)
+    Lf = check_real(L, "L", 0.0, low_open=True)
     s2 = _vector(sigma2, "sigma2")
     parties = s2.size
     given = [name for name, v in (("H", H), ("G", G), ("E", E)) if v is not None]
@@ -175,13 +157,13 @@ def _shared_terms(
             raise ValueError(
                 f"give either lemma1 or (H, G, E), not both; got lemma1 and {', '.join(given)}"
             )
-        A = np.sum(_lemma1_bounds(lemma1, R, parties), axis=1)
+        A = np.sum(_per_round(lemma1, "lemma1", R, parties), axis=1)
         return F_gap, Lf, s2, A, "supplied"
     if len(given) != 3:
         missing = sorted({"H", "G", "E"} - set(given))
         raise ValueError(f"give either lemma1 or all of H, G and E; missing {', '.join(missing)}")
     Hv, Gv = _vector(H, "H", parties), _vector(G, "G", parties)
-    A = compression_term(_errors(E, R, parties), Hv, Gv)
+    A = compression_term(_per_round(E, "E", R, parties), Hv, Gv)
     return F_gap, Lf, s2, A, "recovered"
 
 
@@ -316,7 +298,7 @@ def theorem_4_2(
         raise ValueError(f"T must be a multiple of Q (R = T/Q rounds); got T={T}, Q={Q}")
     R = T // Q
     B = check_int_in_range(B, "B", 1, 2**62)
-    eta = _positive(eta, "eta")
+    eta = check_real(eta, "eta", 0.0, low_open=True)
     F_gap, Lf, s2, A, form = _shared_terms(F_gap, L, sigma2, H, G, E, R, lemma1)
     step_ok = eta <= max_step_size(Q, Lf, L_m) * (1 + 1e-12)
     return BoundTerms(
@@ -384,9 +366,7 @@ def theorem_4_4(
         which term-3 form was used.
     """
     Q = check_int_in_range(Q, "Q", 1, 2**62)
-    eta = _vector(etas, "etas")
-    if np.any(eta <= 0):
-        raise ValueError("etas must be > 0")
+    eta = _steps(etas)
     R = eta.size
     B = check_int_in_range(B, "B", 1, 2**62)
     F_gap, Lf, s2, A, form = _shared_terms(F_gap, L, sigma2, H, G, E, R, lemma1)
@@ -408,7 +388,7 @@ def scalar_round_error(bits: int, B: int, P: int, span: float) -> float:
     r"""Exact dithered scalar error per round, :math:`B P s^2 / (12 (2^q - 1)^2)` (C5.1)."""
     bits = check_int_in_range(bits, "bits", 1, 16)
     B, P = check_int_in_range(B, "B", 1, 2**62), check_int_in_range(P, "P", 1, 2**62)
-    span = _positive(span, "span")
+    span = check_real(span, "span", 0.0, low_open=True)
     return B * P * span**2 / (12.0 * ((1 << bits) - 1) ** 2)
 
 
@@ -420,7 +400,7 @@ def hex_round_error(bits: int, B: int, P: int, span: float) -> float:
     """
     bits = check_int_in_range(bits, "bits", 2, 8)
     B, P = check_int_in_range(B, "B", 1, 2**62), check_int_in_range(P, "P", 1, 2**62)
-    span = _positive(span, "span")
+    span = check_real(span, "span", 0.0, low_open=True)
     V = A2BoxCodebook.for_bits(bits).cell_area * span**2
     return B * P * 5.0 * V / (36.0 * SQRT3)
 
@@ -496,9 +476,9 @@ def c5_parameters(
     T = check_int_in_range(T, "T", 1, 2**62)
     B = check_int_in_range(B, "B", 1, 2**62)
     P = check_int_in_range(P, "P", 1, 2**62)
-    span = _positive(span, "span")
-    h2 = _positive(h_norm2_max, "h_norm2_max")
-    c = _positive(c, "c")
+    span = check_real(span, "span", 0.0, low_open=True)
+    h2 = check_real(h_norm2_max, "h_norm2_max", 0.0, low_open=True)
+    c = check_real(c, "c", 0.0, low_open=True)
     rt = math.sqrt(T)
     q = max(1, math.ceil(math.log2(c * B * P * span**2 * rt)))
     q_min = max(1, math.ceil(math.log2(1.0 + math.sqrt(B * P * span**2 * rt / (12.0 * c)))))
@@ -527,8 +507,8 @@ def step_sizes(R: int, eta0: float, power: float = 0.0) -> np.ndarray:
     :math:`\sum \eta^2 < \infty` (C4.4).
     """
     R = check_int_in_range(R, "R", 1, 2**40)
-    eta0 = _positive(eta0, "eta0")
-    power = _positive(power, "power", allow_zero=True)
+    eta0 = check_real(eta0, "eta0", 0.0, low_open=True)
+    power = check_real(power, "power", 0.0)
     return eta0 / np.arange(1, R + 1, dtype=np.float64) ** power
 
 
@@ -615,16 +595,14 @@ def bits_schedule(
     >>> s.bits.tolist(), bool(s.partial_sums[-1] <= s.envelope_sum)
     ([6, 6, 7, 7], True)
     """
-    eta = _vector(etas, "etas")
-    if np.any(eta <= 0):
-        raise ValueError("etas must be > 0")
-    power = _positive(power, "power")
+    eta = _steps(etas)
+    power = check_real(power, "power", 0.0, low_open=True)
     if power <= 1:
         raise ValueError(f"power must be > 1 for a summable envelope, got {power}")
-    c = _positive(c, "c")
+    c = check_real(c, "c", 0.0, low_open=True)
     B = check_int_in_range(B, "B", 1, 2**62)
     P = check_int_in_range(P, "P", 1, 2**62)
-    span = _positive(span, "span")
+    span = check_real(span, "span", 0.0, low_open=True)
     if compressor == "scalar":
         lo_b, hi_b = 1, 16
         err_fn: Callable[[int], float] = lambda b: scalar_round_error(b, B, P, span)  # noqa: E731

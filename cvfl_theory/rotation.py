@@ -20,10 +20,19 @@ import numpy as np
 from ._validate import check_int_in_range, raise_not_finite
 from .sampling import node_generator
 
+_FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
-def _check_rows(X: np.ndarray, name: str) -> np.ndarray:
-    """``X`` as a finite 2-D float64 array of rows (copied)."""
-    a = np.array(X, dtype=np.float64, copy=True, order="C")
+
+def _checked_rows(X: np.ndarray, name: str) -> np.ndarray:
+    """``X`` as a finite 2-D float array of rows, **not** copied when it already is one.
+
+    A float16/32/64 numpy array keeps its dtype (each value is exact in float64); anything else
+    is converted by ``np.asarray(X, dtype=np.float64)``.
+    """
+    if isinstance(X, np.ndarray) and X.dtype in _FLOAT_DTYPES:
+        a = X
+    else:
+        a = np.asarray(X, dtype=np.float64)
     if a.ndim != 2 or a.shape[1] < 1:
         raise ValueError(f"{name} must be 2-D with shape (n, d), d >= 1, got shape {a.shape}")
     raise_not_finite(a, name)
@@ -49,21 +58,13 @@ def random_signs(seed: int, d: int) -> np.ndarray:
     return node_generator(_check_seed(seed)).integers(0, 2, size=d).astype(np.float64) * 2.0 - 1.0
 
 
-def fwht(X: np.ndarray) -> np.ndarray:
-    r"""Normalised fast Walsh–Hadamard transform of each row (length a power of two).
+def _fwht_inplace(Y: np.ndarray) -> np.ndarray:
+    """Normalised FWHT of each row of ``Y`` **in place** and ``Y`` returned.
 
-    :math:`O(d \log d)` per row, returns float64; applying it twice gives back the input.
-
-    Examples
-    --------
-    >>> x = np.array([[1.0, 2.0, 3.0, 4.0]])
-    >>> np.allclose(fwht(fwht(x)), x)
-    True
+    ``Y`` must be a C-contiguous 2-D float64 array (checked by the caller) whose row length is
+    a power of two.
     """
-    Y = _check_rows(X, "X")
     n, d = Y.shape
-    if d & (d - 1):
-        raise ValueError(f"fwht needs a power-of-two length, got {d}")
     h = 1
     while h < d:
         V = Y.reshape(n, d // (2 * h), 2, h)
@@ -75,17 +76,42 @@ def fwht(X: np.ndarray) -> np.ndarray:
     return Y
 
 
+def fwht(X: np.ndarray) -> np.ndarray:
+    r"""Normalised fast Walsh–Hadamard transform of each row (length a power of two).
+
+    :math:`O(d \log d)` per row, returns a new float64 array (``X`` is not modified); applying it
+    twice gives back the input.
+
+    Examples
+    --------
+    >>> x = np.array([[1.0, 2.0, 3.0, 4.0]])
+    >>> np.allclose(fwht(fwht(x)), x)
+    True
+    """
+    X = _checked_rows(X, "X")
+    d = X.shape[1]
+    if d & (d - 1):
+        raise ValueError(f"fwht needs a power-of-two length, got {d}")
+    return _fwht_inplace(np.array(X, dtype=np.float64, order="C"))
+
+
 def hadamard_rotate(X: np.ndarray, seed: int) -> np.ndarray:
-    r"""Rows of ``X`` zero-padded to :math:`d'` and rotated: :math:`H D x` (float64)."""
-    X = _check_rows(X, "X")
+    r"""Rows of ``X`` zero-padded to :math:`d'` and rotated: :math:`H D x` (float64).
+
+    ``X`` is validated once and copied once, into the padded array that is then transformed in
+    place.
+    """
+    X = _checked_rows(X, "X")
     n, d = X.shape
     dp = padded_dimension(d)
     Z = np.zeros((n, dp), dtype=np.float64)
     Z[:, :d] = X
     Z *= random_signs(seed, dp)
-    return fwht(Z)
+    return _fwht_inplace(Z)
 
 
 def hadamard_rotate_inverse(Z: np.ndarray, seed: int) -> np.ndarray:
     r"""Inverse rotation :math:`D H z` of rows of length :math:`d'` (float64, still padded)."""
-    return fwht(Z) * random_signs(seed, Z.shape[1])
+    Y = fwht(Z)
+    Y *= random_signs(seed, Y.shape[1])
+    return Y

@@ -71,7 +71,7 @@ def test_step_condition():
     assert r.step_ok is False
     with pytest.raises(ValueError, match="Q must be in"):
         max_step_size(0, 1.0)
-    with pytest.raises(ValueError, match="L must be finite"):
+    with pytest.raises(ValueError, match=r"L must be in \(0, inf\)"):
         max_step_size(1, -1.0)
 
 
@@ -126,8 +126,14 @@ def test_bad_bound_inputs():
         theorem_4_2(eta=0.1, T=10, **{**base_args(R=5, Q=2), "E": np.ones((4, 3))})
     with pytest.raises(ValueError, match="M \\+ 1"):
         theorem_4_2(eta=0.1, T=10, **{**base_args(R=5, Q=2), "H": [1.0]})
-    with pytest.raises(ValueError, match="eta must be finite"):
+    with pytest.raises(ValueError, match=r"eta must be in \(0, inf\)"):
         theorem_4_2(eta=-0.1, T=10, **base_args(R=5, Q=2))
+    with pytest.raises(ValueError, match=r"F_gap must be in \[0, inf\)"):
+        theorem_4_2(eta=0.1, T=10, **{**base_args(R=5, Q=2), "F_gap": math.nan})
+    with pytest.raises(TypeError, match=r"L must be a real number in \(0, inf\), got '1'"):
+        theorem_4_2(eta=0.1, T=10, **{**base_args(R=5, Q=2), "L": "1"})
+    with pytest.raises(ValueError, match="E must be finite and >= 0"):
+        theorem_4_2(eta=0.1, T=10, **{**base_args(R=5, Q=2), "E": [0.1, -0.1, 0.0]})
     with pytest.raises(ValueError):
         theorem_4_2(eta=0.1, T=10, **{**base_args(R=5, Q=2), "E": np.full((5, 3), np.nan)})
 
@@ -178,6 +184,9 @@ def test_bits_schedule_flags_infeasible_rounds():
     assert not s.all_feasible and np.all(s.bits == 4)
     with pytest.raises(ValueError, match="power must be > 1"):
         bits_schedule([0.1], power=1.0)
+    for call in (lambda e: bits_schedule(e), lambda e: theorem_4_4(etas=e, **base_args(R=2))):
+        with pytest.raises(ValueError, match="etas must be > 0"):
+            call([0.1, 0.0])
     with pytest.raises(ValueError, match="min_bits"):
         bits_schedule([0.1], compressor=lambda b: 2.0**-b)
     s = bits_schedule([0.1, 0.1], compressor=lambda b: 2.0**-b, min_bits=1, max_bits=30, c=1e-3)

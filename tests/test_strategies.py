@@ -141,6 +141,19 @@ def test_compressor_strategy_rejects_bad_arguments():
         compressors(float_widths=(8,))
     with pytest.raises(TypeError):
         compressors(5)  # keyword-only
+    with pytest.raises(TypeError, match=r"max_abs must be a real number in \[1e-200, 1e\+200\]"):
+        compressors(max_abs=True)
+    with pytest.raises(ValueError, match=r"width must be in \[1, "):
+        compressors(width=0)
+
+
+def test_shape_and_fraction_arguments_are_checked():
+    with pytest.raises(ValueError, match=r"max_dims must be in \[2, "):
+        tensors(min_dims=2, max_dims=1)
+    with pytest.raises(TypeError, match="min_side must be an integer"):
+        tensors(min_side=1.0)
+    with pytest.raises(ValueError, match=r"max_fraction must be in \[0.5, 1\)"):
+        bit_budgets(np.eye(2), min_fraction=0.5, max_fraction=0.25)
 
 
 def test_tensors_are_finite_with_the_requested_layout():

@@ -101,7 +101,11 @@ def support_distribution(
         :math:`P(j \in D_i)` broadcastable to the coding domain's shape; by default
         :func:`inclusion_probabilities`. For K2, row ``i`` must be :math:`k_i / d`.
     """
-    p = _checked_inclusion(encoder, X, inclusion)
+    return _distribution(encoder, _checked_inclusion(encoder, X, inclusion))
+
+
+def _distribution(encoder: Encoder, p: np.ndarray) -> list[list[tuple[np.ndarray, float]]]:
+    """:func:`support_distribution` for checked inclusion probabilities ``p`` ``(n, d)``."""
     n, d = p.shape
     out: list[list[tuple[np.ndarray, float]]] = []
     for i in range(n):
@@ -246,8 +250,8 @@ def support_frequency_test(
     >>> support_frequency_test(IndependentEncoder(0.5), X, draws=500).passed()
     True
     """
-    dist = support_distribution(encoder, X, inclusion)
     p = _checked_inclusion(encoder, X, inclusion)
+    dist = _distribution(encoder, p)
     n, d = p.shape
     gen = np.random.default_rng(rng)
     outcome_counts: list[dict[tuple[int, ...], int]] = [{} for _ in range(n)]

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import check_int_in_range, check_real
+
 __all__ = [
     "data_matrices",
     "probabilities",
@@ -153,12 +155,6 @@ def encoder_problems(**matrix_kwargs: Any) -> Any:
     )
 
 
-def _check_count(value: Any, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
 def tensors(
     *,
     min_dims: int = 1,
@@ -192,10 +188,10 @@ def tensors(
     import torch
     from hypothesis.extra import numpy as hnp
 
-    min_dims = _check_count(min_dims, "min_dims", 1)
-    max_dims = _check_count(max_dims, "max_dims", min_dims)
-    min_side = _check_count(min_side, "min_side", 1)
-    max_side = _check_count(max_side, "max_side", min_side)
+    min_dims = check_int_in_range(min_dims, "min_dims", 1, 2**62)
+    max_dims = check_int_in_range(max_dims, "max_dims", min_dims, 2**62)
+    min_side = check_int_in_range(min_side, "min_side", 1, 2**62)
+    max_side = check_int_in_range(max_side, "max_side", min_side, 2**62)
     strided = st.booleans() if non_contiguous is None else st.just(bool(non_contiguous))
 
     @st.composite
@@ -255,7 +251,7 @@ def compressors(
         raise ValueError(
             f"kinds must be a non-empty sequence from {COMPRESSOR_KINDS}, got {kinds!r}"
         )
-    max_bits = _check_count(max_bits, "max_bits", 1)
+    max_bits = check_int_in_range(max_bits, "max_bits", 1, 2**62)
     if list(kinds) == ["hexagonal"] and max_bits < 2:
         raise ValueError(f"max_bits must be >= 2 for a hexagonal quantizer, got {max_bits}")
     widths = list(float_widths)
@@ -264,9 +260,8 @@ def compressors(
             f"float_widths must be a non-empty sequence from (16, 32, 64), got {widths}"
         )
     if width is not None:
-        width = _check_count(width, "width", 1)
-    if not (isinstance(max_abs, (int, float)) and 1e-200 <= max_abs <= 1e200):
-        raise ValueError(f"max_abs must be a number in [1e-200, 1e200], got {max_abs!r}")
+        width = check_int_in_range(width, "width", 1, 2**62)
+    max_abs = check_real(max_abs, "max_abs", 1e-200, 1e200)
 
     # A fixed range: its span is at least 1e-3 * max_abs, far above the cell resolution floor.
     lo = st.floats(-max_abs, max_abs * 0.999, allow_nan=False)
@@ -391,24 +386,15 @@ def bit_budgets(
         unsaturated), or the fractions are out of range.
     """
     st = _st()
-    if not (
-        isinstance(min_fraction, (int, float))
-        and isinstance(max_fraction, (int, float))
-        and 0 < min_fraction <= max_fraction < 1
-    ):
-        raise ValueError(
-            "need 0 < min_fraction <= max_fraction < 1, got "
-            f"min_fraction={min_fraction!r}, max_fraction={max_fraction!r}"
-        )
+    lo = check_real(min_fraction, "min_fraction", 0.0, 1.0, low_open=True, high_open=True)
+    hi = check_real(max_fraction, "max_fraction", lo, 1.0, high_open=True)
     fixed, per, support = _budget_terms(X, protocol, r, mu)
     if support == 0:
         raise ValueError(
             f"X has no entry off its centres (mu={mu!r}): |S| = 0, so every bit budget above the "
             "fixed cost saturates; draw X with budget_problems() instead"
         )
-    return st.floats(float(min_fraction), float(max_fraction)).map(
-        lambda f: fixed + per * f * support
-    )
+    return st.floats(lo, hi).map(lambda f: fixed + per * f * support)
 
 
 def budget_problems(
