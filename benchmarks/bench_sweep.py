@@ -12,12 +12,15 @@
 On a machine shared with other work, the ratio also measures how many cores the other work
 leaves: with one other busy process on 2 cores, two processes of ours get ~2/3 of a core each
 against a whole core for the serial run, so the best possible ratio is then ~0.75, not 0.5. The
-load average printed before and after says how busy the machine was.
+load average printed before and after says how busy the machine was. The CPU seconds of each
+command (its own and its workers', ``RUSAGE_CHILDREN``) depend much less on the load: their
+difference is what the parallel run adds (starting the workers, their imports).
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -35,17 +38,26 @@ SWEEP = ["reproduce", "parties", "--quick", "--seeds", "1", "--no-progress"]
 CVFL = os.path.join(os.path.dirname(sys.executable), "cvfl")
 
 
-def _cli_seconds(args: list[str]) -> float:
-    """Wall time of ``cvfl *args --out <fresh folder>`` in a fresh process; raises on failure."""
+def _cpu() -> float:
+    """CPU seconds of the finished child processes (and of the workers they reaped)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cli_seconds(args: list[str]) -> tuple[float, float]:
+    """Wall and CPU time of ``cvfl *args --out <fresh folder>`` in a fresh process.
+
+    Raises on failure.
+    """
     with tempfile.TemporaryDirectory(prefix="bench_sweep_") as out:
-        t0 = time.perf_counter()
+        cpu0, t0 = _cpu(), time.perf_counter()
         proc = subprocess.run(
             [CVFL, *args, "--out", out], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, _cpu() - cpu0
         if proc.returncode != 0:
             raise RuntimeError(f"cvfl {' '.join(args)} failed: {proc.stderr.decode()[-2000:]}")
-        return seconds
+        return seconds, cpu
 
 
 def _load() -> str:
@@ -57,14 +69,23 @@ def main() -> int:
     print(f"{cores} cores, load average {_load()} at the start (a shared machine skews the ratio)")
     serial: list[float] = []
     jobs2: list[float] = []
+    cpu1: list[float] = []
+    cpu2: list[float] = []
     for _ in range(REPEATS):  # interleaved: both see the same load
-        serial.append(_cli_seconds([*SWEEP, "--jobs", "1"]))
-        jobs2.append(_cli_seconds([*SWEEP, "--jobs", "2"]))
+        for walls, cpus, jobs in ((serial, cpu1, "1"), (jobs2, cpu2, "2")):
+            wall, cpu = _cli_seconds([*SWEEP, "--jobs", jobs])
+            walls.append(wall)
+            cpus.append(cpu)
     s, p = statistics.median(serial), statistics.median(jobs2)
+    c1, c2 = statistics.median(cpu1), statistics.median(cpu2)
     ratio = p / s
     print(f"cvfl {' '.join(SWEEP)} (8 quick runs), fresh process each, cold start included:")
     print(f"  --jobs 1: {' '.join(f'{t:.1f}' for t in serial)} s; median {s:.1f} s")
     print(f"  --jobs 2: {' '.join(f'{t:.1f}' for t in jobs2)} s; median {p:.1f} s")
+    print(
+        f"  CPU seconds (median): --jobs 1 {c1:.1f}, --jobs 2 {c2:.1f} (this process and its "
+        f"workers): the parallel run adds {c2 - c1:.1f} s"
+    )
     print(
         f"  ratio of medians {ratio:.2f} (target <= {RATIO_TARGET}) {verdict(ratio, RATIO_TARGET)}"
         f"; load average {_load()} at the end"

@@ -2,8 +2,8 @@ r"""Vertically partitioned data sets (THEORY C0, C8).
 
 A :class:`VerticalDataset` holds, for ``M`` parties, the feature blocks :math:`X_m \in
 \mathbb{R}^{N \times D_m}` of the *same* ``N`` samples, the labels (known to every party, C0) and a
-fixed train/test split. Built-in sets work offline from scikit-learn and stand in for the paper's
-experiments (C8):
+fixed train/test split. Built-in sets work offline from the data files that scikit-learn ships
+(read directly, see :func:`digits_arrays`) and stand in for the paper's experiments (C8):
 
 ``digits-quadrants``
     each 8×8 digit cut into four 4×4 quadrants, one per party (the CIFAR-10 set-up);
@@ -26,7 +26,11 @@ References
 from __future__ import annotations
 
 import csv
+import functools
+import gzip
+import importlib.util
 import os
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +46,8 @@ __all__ = [
     "load_npz",
     "load_csv",
     "load_original",
+    "digits_arrays",
+    "breast_cancer_arrays",
 ]
 
 _TASKS = ("classification",)
@@ -371,12 +377,90 @@ def _stratified_split(
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
 
 
+# ---------------------------------------------------------------------- bundled files
+def _sklearn_file(name: str) -> str:
+    """The path of scikit-learn's bundled data file ``name``, found without importing it.
+
+    :func:`importlib.util.find_spec` locates the package; importing it would cost a second.
+    """
+    spec = importlib.util.find_spec("sklearn")
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not roots:
+        raise ImportError(
+            "the built-in data sets read the files shipped with scikit-learn, which is not "
+            "installed; install it: pip install scikit-learn"
+        )
+    return os.path.join(roots[0], "datasets", "data", name)
+
+
+def _read_table(path: str, n: int, d: int, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Read a CSV of ``n`` rows of ``d`` features and a class label: ``(features, labels)``.
+
+    A ``.gz`` file is decompressed; a first line that is not all numbers (the
+    ``569,30,malignant,benign`` header of scikit-learn's files) is skipped. The file comes from
+    outside: anything but an ``(n, d + 1)`` table of finite numbers whose last column holds
+    labels ``0 .. n_classes - 1`` is refused with a ``ValueError`` naming the file.
+    """
+    opener: Any = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+        if lines and not all(_is_number(v) for v in lines[0].split(",")):
+            lines = lines[1:]
+        if not lines:
+            raise ValueError("no rows")
+        table = np.loadtxt(lines, delimiter=",", dtype=np.float64, ndmin=2)
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"cannot read the data file {path!r}: {exc}") from None
+    if table.shape != (n, d + 1) or not np.isfinite(table).all():
+        raise ValueError(
+            f"the data file {path!r} must hold {n} rows of {d + 1} finite numbers, "
+            f"got shape {table.shape}"
+        )
+    labels = table[:, -1]
+    if not np.array_equal(labels, np.round(labels)) or not (
+        0 <= labels.min() and labels.max() < n_classes
+    ):
+        raise ValueError(f"the data file {path!r}: labels must be integers 0..{n_classes - 1}")
+    features, y = table[:, :-1], labels.astype(np.int64)
+    features.setflags(write=False)  # cached: shared by every caller
+    y.setflags(write=False)
+    return features, y
+
+
+def _is_number(text: str) -> bool:
+    """Whether ``float(text)`` works (a CSV line of such fields is data, not a header)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+@functools.cache
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as ``(pixels (1797, 64) float64 in 0..16, labels (1797,) int64)``.
+
+    Equal to ``load_digits().data`` and ``.target`` (a test checks it) without importing
+    scikit-learn; read once per process (read-only arrays).
+    """
+    return _read_table(_sklearn_file("digits.csv.gz"), 1797, 64, 10)
+
+
+@functools.cache
+def breast_cancer_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's breast cancer set: ``(features (569, 30) float64, labels (569,) int64)``.
+
+    Label 0 is *malignant*, as in ``load_breast_cancer()`` (equal to its ``.data`` and
+    ``.target``; a test checks it); read without importing scikit-learn, once per process.
+    """
+    return _read_table(_sklearn_file("breast_cancer.csv"), 569, 30, 2)
+
+
 # ---------------------------------------------------------------------- built-in sets
 def _digits() -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    return d.images.astype(np.float64) / 16.0, d.target.astype(np.int64)
+    pixels, y = digits_arrays()
+    return pixels.reshape(-1, 8, 8) / 16.0, y
 
 
 def digits_quadrants(test_fraction: float = 0.2, rng: RNGLike = 0) -> VerticalDataset:
@@ -421,12 +505,20 @@ def digit_views(images: np.ndarray, n_views: int = 12) -> np.ndarray:
     return np.clip(out, 0.0, None)
 
 
+@functools.cache
+def _twelve_views() -> tuple[np.ndarray, np.ndarray]:
+    """:func:`digit_views` of every digit with 12 views, and the labels; once per process."""
+    img, y = _digits()
+    views = digit_views(img, 12)
+    views.setflags(write=False)
+    return views, y
+
+
 def digits_views(parties: int = 4, test_fraction: float = 0.2, rng: RNGLike = 0) -> VerticalDataset:
     """12 rotated views of each digit over 4 parties (3 views each) or 12 parties (1 view) (C8)."""
     if parties not in (4, 12):
         raise ValueError(f"parties must be 4 or 12 for digits-views, got {parties}")
-    img, y = _digits()
-    views = digit_views(img, 12)
+    views, y = _twelve_views()
     per = 12 // parties
     parts = [views[:, per * p : per * (p + 1)].reshape(len(y), -1) for p in range(parties)]
     return VerticalDataset.from_arrays(
@@ -447,12 +539,10 @@ def breast_cancer(
     Label 1 is *malignant* (the minority, 212 of 569), so F1 is the F1 of the diagnosis of
     interest; features are standardised with training statistics.
     """
-    from sklearn.datasets import load_breast_cancer
-
-    d = load_breast_cancer()
-    y = (d.target == 0).astype(np.int64)  # sklearn: 0 = malignant; we make malignant the positive
-    cols = np.array_split(np.arange(d.data.shape[1]), parties)
-    parts = [d.data[:, c] for c in cols]
+    features, target = breast_cancer_arrays()
+    y = (target == 0).astype(np.int64)  # sklearn: 0 = malignant; we make malignant the positive
+    cols = np.array_split(np.arange(features.shape[1]), parties)
+    parts = [features[:, c] for c in cols]
     return VerticalDataset.from_arrays(
         parts,
         y,
@@ -585,9 +675,7 @@ def load_csv(
     if not rows:
         raise ValueError(f"{p!r} is empty")
     header: list[str] | None = None
-    try:
-        [float(v) for v in rows[0]]
-    except ValueError:
+    if not all(_is_number(v) for v in rows[0]):
         header, rows = rows[0], rows[1:]
     try:
         data = np.array([[float(v) for v in r] for r in rows], dtype=np.float64)

@@ -18,6 +18,11 @@ Every finished run is one JSON file under ``<out>/runs/`` named by its specifica
 hash of the training settings), written atomically; an interrupted sweep rerun with the same
 arguments loads the finished runs and computes only the missing ones.
 
+:func:`run_experiments` lists the training runs of every requested experiment, computes them as
+*one* sweep (:func:`run_sweep`), then builds each experiment's tables and plots from them.
+Importing this module does not import torch (a run imports it): ``cvfl reproduce`` prepares the
+data sets and hands the first runs to its worker processes before it imports torch itself.
+
 Targets: the paper fixes a target per data set; here the target of a sweep is
 ``target_fraction`` (default 0.95) × the mean over seeds of the reference configuration's maximum
 metric (``b = 32`` for compressors and parties, the best ``Q`` for local steps), stated in every
@@ -32,18 +37,21 @@ import io
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .algorithm import CVFLConfig, train
 from .data import VerticalDataset, load_dataset
 from .plotting import seed_bands
 from .results import RunResult, atomic_write_text
 from .sweep import Executor, run_specs
 from .timing import LATENCIES, T_COMPUTE, time_to_target
+
+if TYPE_CHECKING:
+    from .algorithm import CVFLConfig
 
 __all__ = [
     "RunSpec",
@@ -56,6 +64,7 @@ __all__ = [
     "aggregate",
     "headline_claim",
     "run_experiment",
+    "run_experiments",
 ]
 
 COMPRESSORS = ("scalar", "lattice", "topk")
@@ -101,6 +110,16 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 """Training settings per data set (MLP parties, linear server head, plain SGD; evaluation every
 ``eval_every`` rounds, so bits and rounds to target are resolved to 5 rounds)."""
+
+WORK_PER_EPOCH = {
+    "digits-quadrants": 1797 * 4,
+    "breast-cancer": 569 * 4,
+    "digits-views-4": 1797 * 4,
+    "digits-views-12": 1797 * 12,
+}
+"""Samples × parties of each data set: a run's cost is about ``epochs`` times this (digits-views
+with 12 parties measured at ~2.4× the 4-party runs). Only the order of computation uses it
+(:meth:`RunSpec.cost`); it is not part of a run's key."""
 
 RANGE = "minmax-tensor"
 """Quantizer range: min–max of each message, sent as two float32 per message (C5.5)."""
@@ -161,6 +180,8 @@ class RunSpec:
 
     def config(self) -> CVFLConfig:
         """The :class:`CVFLConfig` of this run."""
+        from .algorithm import CVFLConfig
+
         st = SETTINGS[self.dataset]
         return CVFLConfig(
             Q=self.Q,
@@ -182,6 +203,10 @@ class RunSpec:
         comp = "none" if self.bits == 32 else self.compressor
         return f"{self.dataset}_{comp}-b{self.bits}_Q{self.Q}_e{self.epochs}_s{self.seed}_{h}"
 
+    def cost(self) -> float:
+        """Relative compute time (epochs × :data:`WORK_PER_EPOCH`): longest runs go first."""
+        return float(self.epochs * WORK_PER_EPOCH.get(self.dataset, 1))
+
 
 _DATA_CACHE: dict[str, VerticalDataset] = {}
 
@@ -198,7 +223,12 @@ def spec_dataset(spec: RunSpec) -> VerticalDataset:
 
 
 def run_spec(spec: RunSpec, ds: VerticalDataset | None = None) -> RunResult:
-    """Train one run of a sweep on ``ds`` (default: :func:`spec_dataset`), as a worker does."""
+    """Train one run of a sweep on ``ds`` (default: :func:`spec_dataset`), as a worker does.
+
+    torch is imported here, by the first run of a process, not with this module.
+    """
+    from .algorithm import train
+
     return train(spec_dataset(spec) if ds is None else ds, spec.config())
 
 
@@ -217,7 +247,8 @@ def run_sweep(
     The engine is :func:`cvfl_sim.sweep.run_specs`: missing runs are computed on ``executor``
     (in this process by default; ``Executor(jobs=4)`` on 4 local processes; a Dask cluster),
     each with one torch intra-op thread unless ``Executor(threads=...)`` says otherwise, and the
-    result is in the order of ``specs`` whatever order the runs finished in.
+    result is in the order of ``specs`` whatever order the runs finished in. The longest runs
+    are computed first (:meth:`RunSpec.cost`), so that the processes finish together.
 
     Parameters
     ----------
@@ -241,7 +272,8 @@ def run_sweep(
         specs,
         folder,
         run_spec,
-        inputs=spec_dataset,  # built here once, sent with each task: workers skip scikit-learn
+        inputs=spec_dataset,  # built here once, sent with each task: workers skip scipy
+        cost=RunSpec.cost,
         executor=executor,
         force=force,
         known=known,
@@ -532,16 +564,9 @@ TABLE_COLUMNS = [
 ]
 
 
-def _sweep(opt: Options, specs: Sequence[RunSpec]) -> dict[RunSpec, RunResult]:
-    """:func:`run_sweep` with the options' executor, progress and runs at hand."""
-    return run_sweep(
-        specs, opt.out, opt.force, opt.progress, executor=opt.executor, known=opt.known
-    )
-
-
-def _compressor_sweep(opt: Options, ds: str, ef: bool = False) -> dict[RunSpec, RunResult]:
-    """Run (or load) :func:`_compressor_specs`."""
-    return _sweep(opt, _compressor_specs(opt, ds, ef))
+def _runs(opt: Options, specs: Sequence[RunSpec]) -> dict[RunSpec, RunResult]:
+    """The finished runs of ``specs``, computed by :func:`run_experiments` (in ``opt.known``)."""
+    return {spec: opt.known[spec] for spec in specs}
 
 
 def _compressor_specs(opt: Options, ds: str, ef: bool = False) -> list[RunSpec]:
@@ -581,7 +606,7 @@ def exp_compressors(opt: Options) -> dict[str, Any]:
     all_rows: list[dict[str, Any]] = []
     headline: dict[str, Any] = {}
     for ds in COMPRESSOR_DATASETS:
-        res = _compressor_sweep(opt, ds, ef=ds == "digits-quadrants")
+        res = _runs(opt, _compressor_specs(opt, ds, ef=ds == "digits-quadrants"))
         target = _target(res, lambda s: s.bits == 32, opt.target_fraction)
         rows = aggregate(res, target)
         all_rows += rows
@@ -642,7 +667,7 @@ def exp_local_steps(opt: Options) -> dict[str, Any]:
     """Table 5: time to target for Q = 1, 10, 25 under the C7 time model (lattice, b = 3)."""
     folder = _folder(opt, "local-steps")
     Qs = LOCAL_STEPS
-    res = _sweep(opt, _local_steps_specs(opt))
+    res = _runs(opt, _local_steps_specs(opt))
     best = max(Qs, key=lambda Q: np.mean([r.max_metric() for s, r in res.items() if s.Q == Q]))
     target = _target(res, lambda s: s.Q == best, opt.target_fraction)
     rows = []
@@ -692,7 +717,7 @@ def exp_parties(opt: Options) -> dict[str, Any]:
     rows = []
     groups: dict[str, list[RunResult]] = {}
     for ds in PARTIES_DATASETS:
-        res = _sweep(opt, _parties_specs(opt, ds))
+        res = _runs(opt, _parties_specs(opt, ds))
         target = _target(res, lambda s: s.bits == 32, opt.target_fraction)
         rows += aggregate(res, target)
         for s, r in res.items():
@@ -711,7 +736,7 @@ def exp_curves(opt: Options) -> dict[str, Any]:
     """Figure 3: metric vs epochs and vs bits, mean ± std bands, on digits-quadrants."""
     ds = "digits-quadrants"
     folder = _folder(opt, "curves")
-    res = _compressor_sweep(opt, ds)
+    res = _runs(opt, _compressor_specs(opt, ds))
     curve_rows = []
     for kind in COMPRESSORS:
         groups: dict[str, list[RunResult]] = {}
@@ -789,14 +814,42 @@ EXPERIMENTS: dict[str, Callable[[Options], dict[str, Any]]] = {
 }
 
 
+def run_experiments(
+    names: Sequence[str], *, bar: Any = None, **options: Any
+) -> Iterator[tuple[str, Callable[[], dict[str, Any]]]]:
+    """The experiments ``names`` with :class:`Options` keyword arguments, their runs as one sweep.
+
+    The first step lists the training runs of every experiment (:func:`sweep_specs`) and
+    computes or loads them with *one* :func:`run_sweep`, so every worker of ``executor`` stays
+    busy across experiments and data sets, and one progress bar (``bar``, shared with the caller,
+    or the options' ``progress``) covers them. Then it yields ``(name, build)`` per experiment:
+    ``build()`` writes its tables and plots from those runs and returns its result (a caller
+    announces and times each one).
+    """
+    for name in names:
+        if name not in EXPERIMENTS:
+            raise ValueError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
+    opt = Options(**options)
+    specs = [spec for name in names for spec in sweep_specs(name, opt)]
+    opt.known.update(
+        run_sweep(
+            specs,
+            opt.out,
+            opt.force,
+            opt.progress,
+            executor=opt.executor,
+            known=opt.known,
+            bar=bar,
+        )
+    )
+    for name in names:
+        yield name, partial(EXPERIMENTS[name], opt)
+
+
 def run_experiment(name: str, **options: Any) -> dict[str, Any]:
     """Run one experiment by name with :class:`Options` keyword arguments.
 
-    Its training runs (:func:`sweep_specs`) are computed first as one sweep, so every worker of
-    ``executor`` stays busy across its data sets and one progress bar covers them.
+    Its training runs are computed first as one sweep (:func:`run_experiments`).
     """
-    if name not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
-    opt = Options(**options)
-    opt.known.update(_sweep(opt, sweep_specs(name, opt)))
-    return EXPERIMENTS[name](opt)
+    ((_, build),) = run_experiments([name], **options)
+    return build()

@@ -1,7 +1,8 @@
 r"""Reference data for the mean-estimation tools: real vectors and heavy-tailed synthetic sets.
 
-Everything here works offline: scikit-learn ships the data sets used. ``cvfl_theory`` stays free of
-I/O and data loading; these helpers feed it.
+Everything here works offline: scikit-learn ships the data sets used, read without importing it
+(:func:`cvfl_sim.data.digits_arrays`). ``cvfl_theory`` stays free of I/O and data loading; these
+helpers feed it.
 
 - :func:`heavy_tailed` — Student-t or signed log-normal ``(n, d)`` matrices;
 - :func:`logistic_gradients` — per-node gradients of a logistic regression on scikit-learn data
@@ -14,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from cvfl_theory._rng import RNGLike, as_generator
+
+from .data import breast_cancer_arrays, digits_arrays
 
 __all__ = ["heavy_tailed", "logistic_gradients", "verification_datasets"]
 
@@ -65,15 +68,11 @@ def logistic_gradients(
     (4, 30)
     """
     if dataset == "breast_cancer":
-        from sklearn.datasets import load_breast_cancer
-
-        data = load_breast_cancer()
-        A, y = data.data, data.target.astype(np.float64)
+        A, target = breast_cancer_arrays()
+        y = target.astype(np.float64)
     elif dataset == "digits":
-        from sklearn.datasets import load_digits
-
-        data = load_digits()
-        A, y = data.data, (data.target % 2 == 0).astype(np.float64)
+        A, target = digits_arrays()
+        y = (target % 2 == 0).astype(np.float64)
     else:
         raise ValueError(f"dataset must be 'breast_cancer' or 'digits', got {dataset!r}")
     if isinstance(n_nodes, bool) or not isinstance(n_nodes, int) or not 1 <= n_nodes <= len(y):
@@ -100,11 +99,9 @@ def verification_datasets(seed: int = 0) -> dict[str, np.ndarray]:
     A Gaussian set, a heavy-tailed (log-normal) set in float32, the first 10 scikit-learn digits
     (64 pixels, many exact zeros) and 8 standardised breast-cancer rows in float32.
     """
-    from sklearn.datasets import load_breast_cancer, load_digits
-
     rng = np.random.default_rng(seed)
-    digits = load_digits().data[:10].astype(np.float64)
-    cancer = load_breast_cancer().data[:8]
+    digits = digits_arrays()[0][:10].astype(np.float64)
+    cancer = breast_cancer_arrays()[0][:8]
     cancer = ((cancer - cancer.mean(axis=0)) / cancer.std(axis=0)).astype(np.float32)
     return {
         "gaussian 10x48 f64": rng.standard_normal((10, 48)),

@@ -15,18 +15,22 @@ specifications, each with a ``key()`` naming its result file ``<folder>/<key>.js
    shared file system, and a sweep killed at any moment leaves only complete files: a rerun skips
    them and computes the rest);
 4. returns the results in the order of the specifications, whatever order they finished in, so
-   the tables built from them are those of a serial run.
+   the tables built from them are those of a serial run. The order of *computation* is the
+   caller's ``cost`` estimate, longest first, so that the processes finish together.
 
 Start-up cost of local workers. A fresh worker spends seconds importing torch and cvfl, as
 long as a quick run or two, and a user's first ``cvfl reproduce ... --jobs 2`` pays it. So:
 
 - the workers start first, with a warm-up task importing what the runs need
-  (:func:`start_workers`; ``cvfl reproduce`` calls it before importing torch itself);
+  (:func:`start_workers`; ``cvfl reproduce`` calls it before importing anything heavy);
 - this process prepares each run's ``inputs`` (the data set, built once here and sent with the
-  task: a worker never imports scikit-learn or scipy);
-- this process, which has torch loaded already, computes runs itself instead of waiting:
-  ``jobs = 2`` is this process plus one worker. A worker's result is written when this process
-  is between two of its own runs (a run killed before then is recomputed on restart).
+  task: a worker never imports scipy) before it imports torch (its first run does), so the
+  workers' first runs are ready when their own imports end;
+- this process computes runs itself instead of waiting: ``jobs = 2`` is this process plus one
+  worker. A worker's result is written when this process is between two of its own runs (a run
+  killed before then is recomputed on restart);
+- the workers of :func:`start_workers` serve one sweep: they are killed as soon as it ends (an
+  idle worker would take a third of a second to exit with the command).
 
 The workers are loky's (fork + exec: a fresh interpreter), not a bare ``fork``: a forked child
 of a process whose OpenMP runtime has started threads can deadlock in its first parallel region,
@@ -192,9 +196,10 @@ def start_workers(executor: Executor, module: str) -> None:
     """Start ``executor``'s local workers now, each importing ``module``, without waiting.
 
     A command calls it before its own heavy imports, so that the workers import torch and cvfl
-    on the other cores meanwhile (a fresh worker takes seconds to start). If the first sweep
-    then finds every run finished, it stops them at once (the command need not wait for their
-    imports to end). Nothing to do for ``jobs = 1`` or Dask.
+    on the other cores meanwhile (a fresh worker takes seconds to start). They serve the next
+    sweep, which stops them when it ends: at once if it finds every run finished (the command
+    need not wait for their imports to end), else after its last run. Nothing to do for
+    ``jobs = 1`` or Dask.
     """
     if executor.backend == "loky" and executor.jobs > 1:
         pool = _pool(executor)
@@ -221,8 +226,8 @@ def _loky(
 ) -> Iterator[tuple[int, RunResult]]:
     """``jobs - 1`` loky workers and this process compute the runs together.
 
-    The workers start first (a no-op task makes each import torch and cvfl). A feeder thread
-    keeps each worker busy with one run at a time, taken from the *front* of the list; this
+    The workers start first (a no-op task makes each import the module of ``compute``). A feeder
+    thread keeps each worker busy with one run at a time, taken from the *front* of the list; this
     process takes runs from the *back* and computes them itself, collecting the workers' results
     between its own runs. A lock hands every run out once: none is computed twice.
     """
@@ -328,12 +333,26 @@ def _load(path: str, force: bool) -> RunResult | None:
         return None
 
 
+def _longest_first(todo: list[S], cost: Callable[[S], float] | None) -> list[S]:
+    """``todo`` in computing order: by decreasing ``cost``, alternately at the front and back.
+
+    This process takes runs from the back of the list and the workers from the front, so both
+    start with the longest runs and the last runs handed out are the shortest (the processes
+    then finish close together). Equal costs keep their order; no ``cost``: ``todo`` as is.
+    """
+    if cost is None:
+        return todo
+    order = sorted(todo, key=cost, reverse=True)  # stable
+    return order[0::2] + order[1::2][::-1]
+
+
 def run_specs(
     specs: Sequence[S],
     folder: str | os.PathLike[str],
     compute: Callable[..., RunResult],
     *,
     inputs: Callable[[S], Any] | None = None,
+    cost: Callable[[S], float] | None = None,
     executor: Executor | None = None,
     force: bool = False,
     known: Mapping[S, RunResult] | None = None,
@@ -355,6 +374,9 @@ def run_specs(
         ``inputs(spec)``, computed in *this* process and sent with the run's task: e.g. the data
         set, built once here instead of in every worker (which then never imports the
         libraries that build it). Its result must be picklable.
+    cost : callable, optional
+        ``cost(spec)``, the relative compute time of a run: the longest runs are computed first
+        (see :func:`_longest_first`). Only the order of computation depends on it.
     executor : Executor, optional
         Where to compute missing runs; default: in this process.
     force : bool
@@ -386,25 +408,41 @@ def run_specs(
             todo.append(spec)
         else:
             done[spec] = res
-    if not todo:
-        for pool in _EARLY:  # started for nothing: no need to wait for them
-            pool.shutdown(wait=False, kill_workers=True)
+    early = _EARLY[:]  # the workers started for this sweep
     _EARLY.clear()
-    if todo:
-        own = bar is None
-        if own:
-            bar = progress_bar(len(todo), progress)
-        else:
-            bar.total += len(todo)
-            bar.refresh()
-        run = {"loky": _loky if ex.jobs > 1 else _serial, "dask": _dask}[ex.backend]
-        try:
-            for i, res in run(compute, todo, ex, inputs):
-                res.save(path[todo[i]])  # atomic: the file exists only once complete
-                done[todo[i]] = res
-                bar.set_postfix_str(todo[i].key().rsplit("_", 1)[0], refresh=False)
-                bar.update(1)
-        finally:
-            if own:
-                bar.close()
+    try:
+        if todo:
+            _compute_all(_longest_first(todo, cost), path, done, compute, ex, inputs, progress, bar)
+    finally:
+        for pool in early:  # idle now: killed, not left to exit with the command
+            pool.shutdown(wait=False, kill_workers=True)
     return {spec: done[spec] for spec in path}
+
+
+def _compute_all(
+    todo: list[S],
+    path: Mapping[S, str],
+    done: dict[S, RunResult],
+    compute: Callable[..., RunResult],
+    ex: Executor,
+    inputs: Callable[[S], Any] | None,
+    progress: bool | None,
+    bar: Any,
+) -> None:
+    """Compute ``todo`` on ``ex``, saving each result to ``path[spec]`` and into ``done``."""
+    own = bar is None
+    if own:
+        bar = progress_bar(len(todo), progress)
+    else:
+        bar.total += len(todo)
+        bar.refresh()
+    run = {"loky": _loky if ex.jobs > 1 else _serial, "dask": _dask}[ex.backend]
+    try:
+        for i, res in run(compute, todo, ex, inputs):
+            res.save(path[todo[i]])  # atomic: the file exists only once complete
+            done[todo[i]] = res
+            bar.set_postfix_str(todo[i].key().rsplit("_", 1)[0], refresh=False)
+            bar.update(1)
+    finally:
+        if own:
+            bar.close()

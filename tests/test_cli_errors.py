@@ -261,9 +261,11 @@ def test_damaged_cache_entry_is_recomputed_with_a_warning(tmp_path, monkeypatch,
     path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(ValueError, match=str(path)):
         RunResult.load(path)
+    from cvfl_sim import algorithm  # run_spec calls its train
+
     calls = []
-    real = ex.train
-    monkeypatch.setattr(ex, "train", lambda ds, cfg: calls.append(1) or real(ds, cfg))
+    real = algorithm.train
+    monkeypatch.setattr(algorithm, "train", lambda ds, cfg: calls.append(1) or real(ds, cfg))
     with pytest.warns(RuntimeWarning, match="recomputing this run"):
         again = ex.run_sweep([spec], tmp_path, progress=False)[spec]
     assert calls == [1] and again == first

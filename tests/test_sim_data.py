@@ -1,5 +1,9 @@
 """Data sets (C0, C8), models, schedules."""
 
+import gzip
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -8,7 +12,10 @@ from sklearn.datasets import load_breast_cancer, load_digits
 from cvfl_sim.algorithm import CVFLConfig, train
 from cvfl_sim.data import (
     VerticalDataset,
+    _read_table,
+    breast_cancer_arrays,
     digit_views,
+    digits_arrays,
     load_csv,
     load_dataset,
     load_npz,
@@ -37,6 +44,66 @@ def test_quadrants_reassemble_the_digits():
     a = sorted(map(tuple, np.column_stack([img.reshape(-1, 64) * 16, y]).round(6)))
     b = sorted(map(tuple, np.column_stack([d.data, d.target]).astype(float)))
     assert a == b
+
+
+def test_bundled_files_read_without_scikit_learn_equal_its_loaders():
+    pixels, y = digits_arrays()
+    d = load_digits()
+    assert pixels.dtype == d.data.dtype == np.float64 and y.dtype == d.target.dtype
+    assert np.array_equal(pixels, d.data) and np.array_equal(y, d.target)  # bit for bit
+    X, t = breast_cancer_arrays()
+    c = load_breast_cancer()
+    assert X.dtype == c.data.dtype and t.dtype == c.target.dtype
+    assert np.array_equal(X, c.data) and np.array_equal(t, c.target)
+    assert not pixels.flags.writeable and not X.flags.writeable  # cached, shared: read-only
+
+
+def test_built_in_sets_do_not_import_scikit_learn_or_torch():
+    code = (
+        "import sys\n"
+        "from cvfl_sim import experiments as ex, data\n"
+        "for name in ('digits-quadrants', 'breast-cancer', 'digits-views-4'):\n"
+        "    data.load_dataset(name)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'torch'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("", "no rows"),
+        ("3,1,a,b\n1,2,0\n", "must hold 2 rows of 3 finite numbers"),
+        ("1,2,0\n1,2\n", "cannot read"),
+        ("1,2,0\n1,x,1\n", "cannot read"),
+        ("1,nan,0\n1,2,1\n", "finite numbers"),
+        ("1,1e999,0\n1,2,1\n", "finite numbers"),
+        ("1,2,0\n1,2,2\n", "labels must be integers 0..1"),
+        ("1,2,0.5\n1,2,1\n", "labels must be integers 0..1"),
+        ("1,2,-1\n1,2,1\n", "labels must be integers 0..1"),
+    ],
+)
+def test_bundled_file_reader_refuses_bad_bytes(tmp_path, text, match):
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        _read_table(str(path), 2, 2, 2)
+    features, y = _read_table(str(_write(tmp_path / "ok.csv", "h,e\n1,2,0\n3,4,1\n")), 2, 2, 2)
+    assert features.tolist() == [[1.0, 2.0], [3.0, 4.0]] and y.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("data", [b"not gzip at all", gzip.compress(b"1,2,0\n1,2,1\n")[:-9]])
+def test_bundled_file_reader_refuses_a_damaged_gz(tmp_path, data):
+    path = tmp_path / "t.csv.gz"
+    path.write_bytes(data)
+    with pytest.raises(ValueError, match="cannot read the data file"):
+        _read_table(str(path), 2, 2, 2)
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
 
 
 def test_views_are_deterministic_rotations():

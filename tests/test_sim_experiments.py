@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import cvfl_sim.experiments as ex
+from cvfl_sim import algorithm
 from cvfl_sim.cli import main
 from cvfl_sim.results import RunResult
 from cvfl_sim.timing import time_to_target
@@ -30,13 +31,13 @@ def test_interrupted_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     victim = _specs()[-1].key()
     os.remove(runs / (victim + ".json"))
     calls = []
-    real_train = ex.train
+    real_train = algorithm.train
 
     def counting(ds, cfg):
         calls.append(cfg)
         return real_train(ds, cfg)
 
-    monkeypatch.setattr(ex, "train", counting)
+    monkeypatch.setattr(algorithm, "train", counting)  # what run_spec calls
     second = ex.run_sweep(_specs(), tmp_path, progress=False)
     assert len(calls) == 1
     assert calls[0].compressor.config()["bits"] == 3
@@ -57,6 +58,14 @@ def test_reproduce_cli_local_steps(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(
         ex.SETTINGS, "breast-cancer", {**ex.SETTINGS["breast-cancer"], "quick_epochs": 1}
     )
+    sweeps = []
+    real_run_specs = ex.run_specs
+
+    def counting(specs, *a, **k):
+        sweeps.append(len(specs))
+        return real_run_specs(specs, *a, **k)
+
+    monkeypatch.setattr(ex, "run_specs", counting)
     code = main(
         [
             "reproduce",
@@ -75,6 +84,7 @@ def test_reproduce_cli_local_steps(tmp_path, monkeypatch, capsys):
     table = (folder / "table.md").read_text()
     assert table.count("\n") == 2 + 3  # header, rule, Q = 1, 10, 25
     assert "local-steps: results in" in capsys.readouterr().out
+    assert sweeps == [3]  # one sweep of the command's 3 runs; the tables read them, no rerun
 
 
 def test_reproduce_cli_rejects_bad_arguments(tmp_path):

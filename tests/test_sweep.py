@@ -14,11 +14,20 @@ import pytest
 import torch
 
 import cvfl_sim.experiments as ex
+from cvfl_sim import algorithm
 from cvfl_sim.cli import build_parser, main
 from cvfl_sim.commands import reproduce
 from cvfl_sim.commands._run_args import config_from_args
 from cvfl_sim.results import RunResult
-from cvfl_sim.sweep import BACKENDS, Executor, _pool, progress_bar, run_specs
+from cvfl_sim.sweep import (
+    BACKENDS,
+    Executor,
+    _longest_first,
+    _pool,
+    progress_bar,
+    run_specs,
+    start_workers,
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -114,8 +123,8 @@ def test_jobs_2_is_this_process_and_one_worker_fed_the_data(tmp_path, one_epoch,
     get_reusable_executor().shutdown(wait=True)  # a fresh worker: nothing imported before
     specs = [ex.RunSpec("breast-cancer", "scalar", 2, 2, s, 1) for s in range(2)]
     calls = []
-    real = ex.train
-    monkeypatch.setattr(ex, "train", lambda ds, cfg: calls.append(cfg.seed) or real(ds, cfg))
+    real = algorithm.train
+    monkeypatch.setattr(algorithm, "train", lambda ds, cfg: calls.append(cfg.seed) or real(ds, cfg))
     res = ex.run_sweep(specs, tmp_path, progress=False, executor=Executor(jobs=2))
     assert calls == [1]  # this process took the last run; the worker the first
     assert list(res) == specs and len(list((tmp_path / "runs").glob("*.json"))) == 2
@@ -126,6 +135,50 @@ def test_jobs_2_is_this_process_and_one_worker_fed_the_data(tmp_path, one_epoch,
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     assert pid != os.getpid()
     assert heavy == []  # it trained on the data set built here: no scikit-learn, no scipy
+
+
+def test_longest_runs_first_at_both_ends_of_the_list(tmp_path):
+    costs = {"a": 1.0, "b": 5.0, "c": 3.0, "d": 5.0, "e": 2.0}
+    specs = [_Sleepy(name, 0.0) for name in costs]
+    # by decreasing cost (b and d tie: list order) b, d, c, e, a; the workers take the front,
+    # this process the back: b then c then a at the front, d then e at the back
+    order = _longest_first(specs, lambda s: costs[s.name])
+    assert [s.name for s in order] == ["b", "c", "a", "e", "d"]
+    assert _longest_first(specs, None) == specs
+    computed = []
+
+    def compute(spec):
+        computed.append(spec.name)
+        return _sleep_then_result(spec)
+
+    res = run_specs(specs, tmp_path, compute, cost=lambda s: costs[s.name], progress=False)
+    assert computed == ["b", "c", "a", "e", "d"]  # serial: the list front to back
+    assert list(res) == specs  # the results keep the specs' order
+
+
+def _alive(pid):
+    """Whether process ``pid`` runs (a zombie left to reap counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_started_for_a_command_stop_when_its_sweep_ends(tmp_path):
+    executor = Executor(jobs=2)
+    start_workers(executor, "json")
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        pid, _ = _pool(executor).submit(_heavy_modules).result()  # the same (reusable) pool
+        specs = [_Sleepy("one", 0.0), _Sleepy("two", 0.0)]
+        run_specs(specs, tmp_path, _sleep_then_result, executor=executor, progress=False)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    deadline = time.monotonic() + 60
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(pid)  # killed after the sweep, not left to exit with the command
 
 
 def _fail_on_first(spec):
@@ -182,8 +235,8 @@ def test_sweep_killed_mid_way_resumes_without_a_corrupted_file(tmp_path, monkeyp
     for name in kept:
         RunResult.load(runs / name)  # every file left behind is complete
     calls = []
-    real = ex.train
-    monkeypatch.setattr(ex, "train", lambda ds, cfg: calls.append(cfg.seed) or real(ds, cfg))
+    real = algorithm.train
+    monkeypatch.setattr(algorithm, "train", lambda ds, cfg: calls.append(cfg.seed) or real(ds, cfg))
     res = ex.run_sweep(specs, tmp_path, progress=False)  # a damaged file would warn (an error)
     done = {s.seed for s in specs if s.key() + ".json" in kept}
     assert sorted(calls) == sorted(set(range(8)) - done)  # only the missing runs

@@ -1,9 +1,13 @@
 """``cvfl reproduce NAME``: the paper's experiments on offline stand-in data (THEORY C7, C8).
 
 The training runs of every requested experiment are listed first and computed as one sweep
-(:mod:`cvfl_sim.sweep`): in this process, on ``--jobs`` local worker processes, or on a Dask
-cluster, each run with ``--threads`` torch intra-op threads, under one progress bar with an ETA
-for the whole command; the experiments then build their tables and plots from them.
+(:func:`cvfl_sim.experiments.run_experiments`, :mod:`cvfl_sim.sweep`): in this process, on
+``--jobs`` local worker processes, or on a Dask cluster, each run with ``--threads`` torch
+intra-op threads, under one progress bar with an ETA for the whole command; the experiments then
+build their tables and plots from them.
+
+Start-up: the worker processes start first (they import torch meanwhile); this process builds
+the data sets and hands out the first runs before it imports torch (its own first run does).
 """
 
 from __future__ import annotations
@@ -110,39 +114,46 @@ def run(args: argparse.Namespace) -> int:
         )
     except ImportError as exc:  # the cluster extra is missing: a bad option here, one line
         raise ValueError(str(exc)) from None
-    start_workers(executor, "cvfl_sim.experiments")  # they import torch while this process does
-    from ..experiments import EXPERIMENTS, SWEEPS, Options, run_experiment, run_sweep, sweep_specs
+    start_workers(executor, "cvfl_sim.algorithm")  # they import torch while this process starts
+    _import_plotting()
+    from .. import experiments
 
-    names = list(EXPERIMENTS) if args.name == "all" else [args.name]
-    common: dict[str, Any] = {
-        "out": args.out,
-        "quick": args.quick,
-        "seeds": args.seeds,
-        "target_fraction": args.target_fraction,
-        "executor": executor,
-    }
-    specs = [s for name in names for s in sweep_specs(name, Options(**common))]
-    studies = [name for name in names if name not in SWEEPS]  # bounds, schedules: one step each
+    names = list(experiments.EXPERIMENTS) if args.name == "all" else [args.name]
+    studies = [name for name in names if name not in experiments.SWEEPS]  # bounds, schedules
     progress = False if args.no_progress else (True if args.progress else None)
-    with (
-        torch_threads(args.threads),
-        progress_bar(len(studies), progress, f"cvfl reproduce {args.name}") as bar,
-    ):
-        known = run_sweep(specs, args.out, args.force, executor=executor, bar=bar)
-        for name in names:
+    with progress_bar(len(studies), progress, f"cvfl reproduce {args.name}") as bar:
+        steps = experiments.run_experiments(  # the first step computes every run: one sweep
+            names,
+            bar=bar,
+            out=args.out,
+            quick=args.quick,
+            seeds=args.seeds,
+            target_fraction=args.target_fraction,
+            executor=executor,
+            force=args.force,
+            progress=bar.disable and not args.no_progress,  # own lines only without the bar
+        )
+        for name, build in steps:
             tick = time.perf_counter()
             bar.write(f"== cvfl reproduce {name}{' --quick' if args.quick else ''}", sys.stderr)
-            out = run_experiment(
-                name,
-                **common,
-                force=args.force,
-                known=known,  # computed above: not recomputed, even with --force
-                progress=bar.disable and not args.no_progress,  # own lines only without the bar
-            )
-            if name in studies:
+            if name in studies:  # they train in this process
+                with torch_threads(args.threads):
+                    out = build()
                 bar.update(1)
+            else:  # tables and plots from the sweep's runs: no torch needed
+                out = build()
             _report(name, out, time.perf_counter() - tick, bar.write)
     return 0
+
+
+def _import_plotting() -> None:
+    """Import what the experiments' PNG plots need (a third of a second) now, not after the runs.
+
+    With ``--jobs 2`` this process does it while its worker imports torch (the other core), so
+    it costs the command half as much as when the plots are drawn after the last run.
+    """
+    import matplotlib.figure  # noqa: F401
+    from matplotlib.backends import backend_agg  # noqa: F401
 
 
 def _report(name: str, out: dict[str, Any], seconds: float, write: Any) -> None:
