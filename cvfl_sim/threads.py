@@ -3,8 +3,8 @@
 The simulator's models are tiny (a party's MLP step is about a millisecond), so torch's intra-op
 parallelism costs more in synchronisation than it saves: on a busy 2-core machine 80
 forward/backward passes of the tiny MLP took 7.5 s with 2 intra-op threads and 0.05 s with 1.
-``cvfl train``, ``cvfl reproduce`` and every sweep worker therefore train under
-:func:`torch_threads` with :data:`DEFAULT_THREADS` (``cvfl bound`` sets one thread itself);
+``cvfl train``, ``cvfl bound``, ``cvfl reproduce`` and every sweep worker therefore train under
+:func:`torch_threads` with :data:`DEFAULT_THREADS` unless ``--threads`` says otherwise;
 independent runs use the other cores (:mod:`cvfl_sim.sweep`).
 """
 
