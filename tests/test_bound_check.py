@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from _helpers import run_json
 
 from cvfl_sim import train
 from cvfl_sim.algorithm import CVFLConfig
@@ -192,20 +193,15 @@ def test_dense_jacobian_and_norms_match_autograd_functional():
 
 
 def test_cli_quick_json(capsys):
-    import json
-
-    from cvfl_sim.cli import main
-
     args = ["bound", "--quick", "--json", "--compressor", "scalar", "--bits", "2"]
     threads = torch.get_num_threads()
-    assert main([*args, "--batch-size", "128", "--embedding-size", "2"]) == 0
+    code, data, err = run_json(capsys, [*args, "--batch-size", "128", "--embedding-size", "2"])
+    assert code == 0
     assert torch.get_num_threads() == threads  # one thread only while the command runs
-    out = capsys.readouterr()
-    data = json.loads(out.out)
     assert set(data["bound"]["forms"]) == {"recovered", "measured Lemma 1", "tight (C4.5, ours)"}
     assert data["lemma1"]["probes"] == 4  # one epoch of 456 samples at B = 128, round starts
     assert data["bound"]["reading"] == "chain"
-    assert "constants: point 2/2" in out.err  # progress on stderr
+    assert "constants: point 2/2" in err  # progress on stderr
 
 
 @pytest.fixture(scope="module")

@@ -9,19 +9,21 @@ import zlib
 import numpy as np
 import pytest
 import torch
+from _helpers import (
+    StopTraining,
+    array_layout,
+    checkpoint_header,
+    header_length,
+    run_params,
+    stop_after,
+    tiny_dataset,
+)
 
 from cvfl_sim.algorithm import CVFLConfig, train
 from cvfl_sim.checkpoint import MAX_HEADER_BYTES, read_checkpoint, write_checkpoint
-from cvfl_sim.data import VerticalDataset
 from cvfl_theory.compressors import HexLatticeQuantizer
 
 torch.set_num_threads(1)
-
-
-def _tiny():
-    g = np.random.default_rng(1)
-    parts = [g.normal(size=(12, 4)), g.normal(size=(12, 6))]
-    return VerticalDataset.from_arrays(parts, np.arange(12) % 3, test_fraction=0.25, rng=0)
 
 
 CFG = CVFLConfig(
@@ -34,30 +36,14 @@ CFG = CVFLConfig(
 )
 
 
-class _Stop(Exception):
-    pass
-
-
-def _stop_after(n):
-    def cb(epoch):
-        if epoch == n:
-            raise _Stop
-
-    return cb
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """A real checkpoint after one of three epochs, and the uninterrupted run."""
-    ds = _tiny()
+    ds = tiny_dataset(12, (4, 6), seed=1, y=np.arange(12) % 3, split_seed=0)
     path = tmp_path_factory.mktemp("ck") / "run.ckpt"
-    with pytest.raises(_Stop):
-        train(ds, CFG, checkpoint=path, on_epoch_end=_stop_after(1))
+    with pytest.raises(StopTraining):
+        train(ds, CFG, checkpoint=path, on_epoch_end=stop_after(1))
     return ds, path, path.read_bytes(), train(ds, CFG)
-
-
-def _params(res):
-    return [p for n in [*res.models["parties"], res.models["server"]] for p in n.parameters()]
 
 
 def test_interrupted_run_resumes_bit_identical(saved, tmp_path):
@@ -69,22 +55,21 @@ def test_interrupted_run_resumes_bit_identical(saved, tmp_path):
     def stop_at_2(epoch):
         seen.append(epoch)
         if epoch == 2:
-            raise _Stop
+            raise StopTraining
 
-    with pytest.raises(_Stop):  # a second interruption, from the resumed state
+    with pytest.raises(StopTraining):  # a second interruption, from the resumed state
         train(ds, CFG, checkpoint=ck, on_epoch_end=stop_at_2)
     resumed = train(ds, CFG, checkpoint=ck, on_epoch_end=seen.append)
     assert seen == [2, 3]  # each call started where the file said, not from scratch
     assert resumed == full  # history, per-round log, ledger totals
-    for a, b in zip(_params(full), _params(resumed)):
+    for a, b in zip(run_params(full), run_params(resumed)):
         assert a.dtype == torch.float64 and torch.equal(a, b)
 
 
 def test_file_is_not_a_pickle_and_holds_no_pickle_opcodes(saved):
     data = saved[2]
     assert data[:8] == b"CVFLCKPT"
-    (hlen,) = struct.unpack("<Q", data[12:20])
-    header = json.loads(data[20 : 20 + hlen])  # plain JSON, parsed here independently
+    header = checkpoint_header(data)  # plain JSON, parsed here independently
     assert header["state"]["epoch"] == 1
     assert {e["dtype"] for e in header["arrays"]} <= {"float64"}
     with pytest.raises(pickle.UnpicklingError):
@@ -167,14 +152,8 @@ def test_crafted_code_running_file_is_refused_and_never_runs(saved, tmp_path, ki
 
 
 def _layout(saved):
-    _, path, data, _ = saved
-    (hlen,) = struct.unpack("<Q", data[12:20])
-    header = json.loads(data[20 : 20 + hlen])
-    return header, {e["name"]: (e["dtype"], tuple(e["shape"])) for e in header["arrays"]}
-
-
-def _identity(saved):
-    return _layout(saved)[0]["identity"]
+    header = checkpoint_header(saved[2])
+    return header, array_layout(header)
 
 
 def _expect_refused(path, saved, *words):
@@ -188,7 +167,7 @@ def _expect_refused(path, saved, *words):
 
 def test_truncated_files_are_refused(saved, tmp_path):
     data = saved[2]
-    (hlen,) = struct.unpack("<Q", data[12:20])
+    hlen = header_length(data)
     path = tmp_path / "t.ckpt"
     for n in [0, 3, 8, 19, 20, 21, 20 + hlen // 2, 20 + hlen, 20 + hlen + 5, len(data) - 1]:
         path.write_bytes(data[:n])

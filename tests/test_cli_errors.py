@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+from _helpers import checkpoint_header, python_stdout, record_training
 
 import cvfl_sim.experiments as ex
 from cvfl_sim.cli import main
@@ -38,10 +39,7 @@ def test_registering_the_subcommands_imports_nothing_heavy():
         "cvfl_sim.cli.build_parser().format_help()\n"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert json.loads(out.stdout) == []
+    assert json.loads(python_stdout(code, timeout=120)) == []
 
 
 def test_public_names_still_import_from_the_package():
@@ -261,14 +259,10 @@ def test_damaged_cache_entry_is_recomputed_with_a_warning(tmp_path, monkeypatch,
     path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(ValueError, match=str(path)):
         RunResult.load(path)
-    from cvfl_sim import algorithm  # run_spec calls its train
-
-    calls = []
-    real = algorithm.train
-    monkeypatch.setattr(algorithm, "train", lambda ds, cfg: calls.append(1) or real(ds, cfg))
+    calls = record_training(monkeypatch)
     with pytest.warns(RuntimeWarning, match="recomputing this run"):
         again = ex.run_sweep([spec], tmp_path, progress=False)[spec]
-    assert calls == [1] and again == first
+    assert len(calls) == 1 and again == first
     assert RunResult.load(path) == first  # rewritten
 
 
@@ -305,8 +299,7 @@ def test_sigint_saves_a_resumable_checkpoint_and_exits_130(tmp_path):
     ]
     data = ck.read_bytes()
     assert data[:8] == b"CVFLCKPT"
-    (n,) = np.frombuffer(data[12:20], dtype="<u8")
-    assert json.loads(data[20 : 20 + int(n)])["state"]["epoch"] >= 1
+    assert checkpoint_header(data)["state"]["epoch"] >= 1
 
 
 @pytest.mark.parametrize(

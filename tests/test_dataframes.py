@@ -6,16 +6,15 @@ the code under test) decides what the expected frame is.
 
 import io
 import math
-import subprocess
 import sys
 
 import numpy as np
 import pandas as pd
 import pytest
+from _helpers import python_stdout, tiny_dataset
 from pandas.testing import assert_frame_equal
 
 from cvfl_sim.algorithm import CVFLConfig, train
-from cvfl_sim.data import VerticalDataset
 from cvfl_sim.results import HISTORY_COLUMNS, RunResult
 from cvfl_theory import IndependentEncoder
 from cvfl_theory.compressors import HexLatticeQuantizer, ScalarQuantizer, TopK
@@ -34,10 +33,7 @@ def _from_csv(text):
 
 
 def _tiny_run():
-    g = np.random.default_rng(0)
-    parts = [g.normal(size=(24, 3)), g.normal(size=(24, 2))]
-    y = np.arange(24) % 3
-    ds = VerticalDataset.from_arrays(parts, y, test_fraction=0.25, rng=0)
+    ds = tiny_dataset(24, (3, 2), y=np.arange(24) % 3)
     cfg = CVFLConfig(Q=2, lr=0.1, epochs=2, batch_size=8, compressor=ScalarQuantizer(4), seed=0)
     return train(ds, cfg)
 
@@ -127,5 +123,4 @@ def test_importing_the_packages_does_not_import_pandas():
         "import sys, cvfl_theory, cvfl_theory.verify, cvfl_theory.tradeoff, "
         "cvfl_theory.compressors, cvfl_sim.results; print('pandas' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert python_stdout(code) == "False"

@@ -4,17 +4,19 @@ import time
 
 import pytest
 import torch
-from test_roles import (
+from _helpers import (
+    array_layout,
     assert_same_history,
-    config,
+    checkpoint_header,
     expected_algorithm_bytes,
     max_diff,
-    params,
     payloads,
-    tiny,
+    roles_config,
+    roles_dataset,
+    run_params,
 )
 
-from cvfl_sim.algorithm import train
+from cvfl_sim.algorithm import checkpoint_identity, train
 from cvfl_sim.checkpoint import read_checkpoint
 from cvfl_sim.distributed import DistributedRunError, run_from_env
 from cvfl_theory.compressors import ScalarQuantizer
@@ -34,11 +36,11 @@ def distributed(ds, cfg, checkpoint=None, **options):
 
 @pytest.mark.parametrize("M", [2, 4])
 def test_distributed_equals_inprocess(M):
-    ds, cfg = tiny(M), config()
+    ds, cfg = roles_dataset(M), roles_config()
     dist = distributed(ds, cfg)
     vec = train(ds, cfg)
     roles = train(ds, cfg, backend="roles")
-    assert max_diff(params(vec), params(dist)) <= 1e-6
+    assert max_diff(run_params(vec), run_params(dist)) <= 1e-6
     assert_same_history(vec.history, dist.history)
     # the same roles in one process or in M + 1 processes: the same arithmetic, exactly
     assert dist.history == roles.history
@@ -50,7 +52,7 @@ def test_distributed_equals_inprocess(M):
 
 
 def test_killed_party_ends_the_run_with_its_name_and_round():
-    ds, cfg = tiny(2), config()
+    ds, cfg = roles_dataset(2), roles_config()
     tick = time.monotonic()
     with pytest.raises(DistributedRunError, match=r"party 2 was killed by signal 9 .* at round 3"):
         distributed(ds, cfg, timeout=10, fault=(2, 3, "kill"))
@@ -58,7 +60,7 @@ def test_killed_party_ends_the_run_with_its_name_and_round():
 
 
 def test_hung_party_ends_the_run_within_the_timeout():
-    ds, cfg = tiny(2), config()
+    ds, cfg = roles_dataset(2), roles_config()
     tick = time.monotonic()
     with pytest.raises(DistributedRunError, match=r"party 1 failed at round 2: .*timeout"):
         distributed(ds, cfg, timeout=3, fault=(1, 2, "hang"))
@@ -66,20 +68,21 @@ def test_hung_party_ends_the_run_within_the_timeout():
 
 
 def test_restart_resumes_from_the_completed_epochs(tmp_path):
-    ds, cfg = tiny(2), config(epochs=3)
+    ds, cfg = roles_dataset(2), roles_config(epochs=3)
     ck = tmp_path / "ck.bin"
     with pytest.raises(DistributedRunError, match="party 1 was killed"):
         distributed(ds, cfg, checkpoint=ck, fault=(1, 5, "kill"))  # during epoch 2 (rounds 3-5)
-    state, _ = read_checkpoint(ck, identity=_identity(ds, cfg), arrays=_layout(ck))
+    layout = array_layout(checkpoint_header(ck.read_bytes()))
+    state, _ = read_checkpoint(ck, identity=checkpoint_identity(ds, cfg), arrays=layout)
     assert (state["epoch"], state["round"]) == (1, 3)
     resumed = distributed(ds, cfg, checkpoint=ck)
     full = train(ds, cfg)
-    assert max_diff(params(full), params(resumed)) <= 1e-6
+    assert max_diff(run_params(full), run_params(resumed)) <= 1e-6
     assert_same_history(full.history, resumed.history)
 
 
 def test_run_from_env_checks_the_torchrun_variables(monkeypatch):
-    ds, cfg = tiny(2), config()
+    ds, cfg = roles_dataset(2), roles_config()
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(k, raising=False)
     with pytest.raises(ValueError, match=r"environment variables \['RANK', 'WORLD_SIZE'"):
@@ -93,27 +96,10 @@ def test_run_from_env_checks_the_torchrun_variables(monkeypatch):
         run_from_env(ds, cfg)
 
 
-def _identity(ds, cfg):
-    from cvfl_sim.algorithm import checkpoint_identity
-
-    return checkpoint_identity(ds, cfg)
-
-
-def _layout(ck):
-    """The array table of a checkpoint file, read from its own JSON header."""
-    import json
-    import struct
-
-    raw = ck.read_bytes()
-    (n,) = struct.unpack("<Q", raw[12:20])
-    table = json.loads(raw[20 : 20 + n])["arrays"]
-    return {e["name"]: (e["dtype"], tuple(e["shape"])) for e in table}
-
-
 def test_latency_table_sets_measurements_beside_the_c7_model():
     from cvfl_sim.distributed import format_latency_table, latency_table
 
-    ds, cfg = tiny(2), config(epochs=1)
+    ds, cfg = roles_dataset(2), roles_config(epochs=1)
     rows = latency_table(ds, cfg, delays=(0.001,), Qs=(2,))
     assert [(r["Q"], r["delay_ms"], r["rounds"]) for r in rows] == [(2, 0.0, 3), (2, 1.0, 3)]
     for r in rows:  # C7: R (Q t_c + t_comm) per round, a round trip being two hops

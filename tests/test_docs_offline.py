@@ -10,8 +10,9 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from _helpers import ROOT
 
-_PATH = Path(__file__).resolve().parents[1] / "docs" / "check_offline.py"
+_PATH = ROOT / "docs" / "check_offline.py"
 _spec = importlib.util.spec_from_file_location("check_offline", _PATH)
 assert _spec is not None and _spec.loader is not None
 check_offline = importlib.util.module_from_spec(_spec)
@@ -154,7 +155,7 @@ def test_main_accepts_a_clean_build_and_refuses_an_empty_one(tmp_path: Path) -> 
 
 @pytest.mark.parametrize(
     "example",
-    sorted((Path(__file__).resolve().parents[1] / "docs" / "examples").glob("plot_*.py")),
+    sorted((ROOT / "docs" / "examples").glob("plot_*.py")),
     ids=lambda p: p.name,
 )
 def test_gallery_example_shows_code_before_output(example: Path) -> None:

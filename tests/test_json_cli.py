@@ -6,18 +6,13 @@ import math
 
 import numpy as np
 import pytest
+from _helpers import run_json
 
 from cvfl_sim.cli import main
 
 
-def _run_json(capsys, argv):
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, json.loads(out), err  # fails unless stdout is exactly one JSON document
-
-
 def test_verify_json_on_one_proofs_check(capsys):
-    code, doc, err = _run_json(capsys, ["verify", "--json", "--trials", "60", "--checks", "k1_2"])
+    code, doc, err = run_json(capsys, ["verify", "--json", "--trials", "60", "--checks", "k1_2"])
     assert code == 0
     assert [c["label"] for c in doc["proofs_checks"]] == ["K1.2"]
     k12 = doc["proofs_checks"][0]
@@ -46,7 +41,7 @@ def test_optimize_json(tmp_path, capsys):
     np.save(data, X)
     out_npz = tmp_path / "p.npz"
     argv = ["optimize", str(data), "--bits", "300", "--json", "--out", str(out_npz)]
-    code, doc, err = _run_json(capsys, argv)
+    code, doc, err = run_json(capsys, argv)
     assert code == 0 and f"saved {out_npz}" in err
     # sparse protocol, centres sent: B = (300 - n*r) / (ceil(log2 d) + r) = (300 - 64) / 34
     assert doc["budget"] == pytest.approx(236 / 34)
@@ -61,7 +56,7 @@ def test_optimize_json(tmp_path, capsys):
 
 def test_compare_json(capsys):
     argv = ["compare", "--json", "--bits", "1", "--batch", "4", "--width", "6", "--trials", "20"]
-    code, doc, err = _run_json(capsys, argv)
+    code, doc, err = run_json(capsys, argv)
     assert code == 0
     assert [r["compressor"].split("(")[0] for r in doc["reports"]] == ["ScalarQuantizer", "TopK"]
     scalar = doc["reports"][0]

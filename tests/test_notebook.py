@@ -9,13 +9,13 @@ output, as users expect of matplotlib helpers (issue 12).
 import ast
 import base64
 import re
-from pathlib import Path
 
 import pytest
+from _helpers import ROOT
 
 nbformat = pytest.importorskip("nbformat")
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "notebooks" / "quickstart.ipynb"
+NOTEBOOK = ROOT / "docs" / "notebooks" / "quickstart.ipynb"
 SECTIONS = {
     1: "verify the K1.2 MSE",
     2: "optimise p for a bit budget",
@@ -84,28 +84,15 @@ def test_quickstart_bounds_one_torch_thread():
     assert "torch.set_num_threads(1)" in sources
 
 
-def test_plot_helper_displays_an_image_in_a_notebook(monkeypatch):
-    nbclient = pytest.importorskip("nbclient")
-    from nbformat.v4 import new_code_cell, new_notebook
-
-    # a user's kernel: no backend forced from outside (ipykernel then picks the inline one)
-    monkeypatch.delenv("MPLBACKEND", raising=False)
-    # jupyter_core's paths, without its platformdirs-migration DeprecationWarning
-    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
-    nb = new_notebook(
-        cells=[
-            new_code_cell(
-                "import numpy as np\n"
-                "from cvfl_theory import plot_tradeoff, tradeoff_curve\n"
-                "X = np.random.default_rng(0).standard_t(2.5, size=(4, 32))\n"
-                "plot_tradeoff(tradeoff_curve(X, [2000.0, 4000.0], "
-                'methods=("uniform", "binary")))'
-            )
-        ]
+def test_plot_helper_displays_an_image_in_a_notebook(run_notebook):
+    cell = (
+        "import numpy as np\n"
+        "from cvfl_theory import plot_tradeoff, tradeoff_curve\n"
+        "X = np.random.default_rng(0).standard_t(2.5, size=(4, 32))\n"
+        "plot_tradeoff(tradeoff_curve(X, [2000.0, 4000.0], "
+        'methods=("uniform", "binary")))'
     )
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
-    nbclient.NotebookClient(nb, kernel_name="python3", timeout=120).execute()
-    outputs = nb.cells[0].outputs
+    outputs = run_notebook([cell])[0].outputs
     assert not [o for o in outputs if o.output_type == "error"], outputs
     images = [o.data["image/png"] for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) == 1, f"expected one image output, got {[o.get('data', o) for o in outputs]}"

@@ -210,12 +210,8 @@ def test_plot_bound_pyplot_figure_and_given_axes():
 
 
 # ---------------------------------------------------------------------------------- in a notebook
-def test_plot_runs_and_plot_bound_show_an_image_in_a_notebook(monkeypatch):
+def test_plot_runs_and_plot_bound_show_an_image_in_a_notebook(run_notebook):
     # plot_tradeoff in a notebook: tests/test_notebook.py
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    monkeypatch.delenv("MPLBACKEND", raising=False)  # a user's kernel: ipykernel picks inline
-    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
     cells = [
         "from cvfl_sim import RunResult, plot_bound, plot_runs\n"
         "rows = [dict(epoch=e, round=e, bits=9 * e, test_accuracy=a) for e, a in "
@@ -225,10 +221,7 @@ def test_plot_runs_and_plot_bound_show_an_image_in_a_notebook(monkeypatch):
         "t = NS(optimization=1.0, variance=0.5, compression=2.0, total=3.5)\n"
         "plot_bound(NS(forms={'recovered': t}, observed=0.2, theorem='4.2'))",
     ]
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
-    for cell in nb.cells:
+    for cell in run_notebook(cells):
         assert not [o for o in cell.outputs if o.output_type == "error"], cell.outputs
         images = [o for o in cell.outputs if "image/png" in o.get("data", {})]
         assert len(images) == 1, cell.outputs

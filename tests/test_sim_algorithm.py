@@ -5,6 +5,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from _helpers import max_diff, model_params, run_params, tiny_dataset
 from torch import nn
 
 from cvfl_sim.algorithm import CVFLConfig, joint_sgd, train
@@ -17,22 +18,6 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="module")
 def quadrants():
     return load_dataset("digits-quadrants")
-
-
-def _tiny(n=40, dims=(3, 2), classes=3, seed=0):
-    g = np.random.default_rng(seed)
-    parts = [g.normal(size=(n, d)) for d in dims]
-    y = g.integers(0, classes, size=n)
-    y[:classes] = np.arange(classes)
-    return VerticalDataset.from_arrays(parts, y, test_fraction=0.25, rng=seed)
-
-
-def _max_param_diff(a, b):
-    return max(float((p - q).abs().max()) for p, q in zip(a, b))
-
-
-def _params(parties, server):
-    return [p.detach() for net in [*parties, server] for p in net.parameters()]
 
 
 def test_q1_identity_is_joint_minibatch_sgd(quadrants):
@@ -53,12 +38,12 @@ def test_q1_identity_is_joint_minibatch_sgd(quadrants):
     )
     res = train(quadrants, cfg)
     jp, js, _ = joint_sgd(quadrants, cfg)
-    c = _params(res.models["parties"], res.models["server"])
-    j = _params(jp, js)
-    assert _max_param_diff(c, j) <= 1e-6
+    c = run_params(res)
+    j = model_params(jp, js)
+    assert max_diff(c, j) <= 1e-6
     # the comparison is not vacuous: the parameters moved far more than the tolerance
-    init = _params(*joint_sgd(quadrants, CVFLConfig(**{**cfg.__dict__, "lr": 1e-300}))[:2])
-    assert _max_param_diff(c, init) > 1e-2
+    init = model_params(*joint_sgd(quadrants, CVFLConfig(**{**cfg.__dict__, "lr": 1e-300}))[:2])
+    assert max_diff(c, init) > 1e-2
 
 
 def _reference_round(parties, server, xb, yb, Q, lr, fresh_others):
@@ -86,12 +71,12 @@ def _reference_round(parties, server, xb, yb, Q, lr, fresh_others):
                     p -= lr * g
             for p, g in zip(server.parameters(), g0):
                 p -= lr * g
-    return _params(parties, server)
+    return model_params(parties, server)
 
 
 def test_local_steps_use_stale_embeddings():
     # One round (batch = whole training set) with Q = 4 local steps.
-    ds = _tiny()
+    ds = tiny_dataset(40, (3, 2))
     cfg = CVFLConfig(
         Q=4,
         lr=0.5,
@@ -110,11 +95,11 @@ def test_local_steps_use_stale_embeddings():
     yb = torch.as_tensor(ds.y_train)
     stale = _reference_round(p0, s0, xb, yb, 4, 0.5, fresh_others=False)
     fresh = _reference_round(p0, s0, xb, yb, 4, 0.5, fresh_others=True)
-    got = _params(res.models["parties"], res.models["server"])
+    got = run_params(res)
     # the batch is a permutation of the training set: only the order of summation differs
-    assert _max_param_diff(got, stale) <= 1e-10
+    assert max_diff(got, stale) <= 1e-10
     # and the test can fail: using fresh embeddings of the other parties gives other parameters
-    assert _max_param_diff(got, fresh) > 1e-4
+    assert max_diff(got, fresh) > 1e-4
 
 
 def test_deterministic_under_seed(quadrants):
@@ -123,9 +108,9 @@ def test_deterministic_under_seed(quadrants):
     assert a.history == b.history
     assert a.rounds == b.rounds
     assert (
-        _max_param_diff(
-            _params(a.models["parties"], a.models["server"]),
-            _params(b.models["parties"], b.models["server"]),
+        max_diff(
+            run_params(a),
+            run_params(b),
         )
         == 0.0
     )
@@ -134,7 +119,7 @@ def test_deterministic_under_seed(quadrants):
 
 
 def test_error_feedback_with_identity_changes_nothing():
-    ds = _tiny()
+    ds = tiny_dataset(40, (3, 2))
     cfg = CVFLConfig(
         Q=2,
         epochs=2,
@@ -154,7 +139,7 @@ def test_error_feedback_with_identity_changes_nothing():
 
 
 def test_error_feedback_runs_with_quantizer_and_records_error():
-    ds = _tiny()
+    ds = tiny_dataset(40, (3, 2))
     res = train(
         ds,
         CVFLConfig(
@@ -242,6 +227,6 @@ def test_unknown_dataset_lists_names():
 
 
 def test_divergence_is_reported_not_hidden():
-    ds = _tiny()
+    ds = tiny_dataset(40, (3, 2))
     with pytest.raises(FloatingPointError, match="diverged"):
         train(ds, CVFLConfig(Q=5, lr=1e30, epochs=3, batch_size=10, server_model="mlp"))

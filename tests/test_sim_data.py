@@ -1,12 +1,11 @@
 """Data sets (C0, C8), models, schedules."""
 
 import gzip
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
+from _helpers import python_stdout, tiny_dataset
 from sklearn.datasets import load_breast_cancer, load_digits
 
 from cvfl_sim.algorithm import CVFLConfig, train
@@ -66,8 +65,7 @@ def test_built_in_sets_do_not_import_scikit_learn_or_torch():
         "    data.load_dataset(name)\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'torch'}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert python_stdout(code) == "[]"
 
 
 @pytest.mark.parametrize(
@@ -187,10 +185,7 @@ def test_step_size_schedules():
 
 
 def test_schedule_drives_training_and_ledger():
-    g = np.random.default_rng(0)
-    ds = VerticalDataset.from_arrays(
-        [g.normal(size=(50, 3)), g.normal(size=(50, 2))], np.arange(50) % 2, test_fraction=0.2
-    )
+    ds = tiny_dataset(50, (3, 2), y=np.arange(50) % 2, test_fraction=0.2)
     sched = CompressionSchedule([2, 2, 4], lambda b: ScalarQuantizer(b, range="minmax-tensor"))
     res = train(
         ds,
@@ -211,10 +206,7 @@ def test_schedule_drives_training_and_ledger():
 
 
 def test_user_modules_are_not_modified():
-    g = np.random.default_rng(0)
-    ds = VerticalDataset.from_arrays(
-        [g.normal(size=(40, 3)), g.normal(size=(40, 2))], np.arange(40) % 2
-    )
+    ds = tiny_dataset(40, (3, 2), y=np.arange(40) % 2, test_fraction=0.2)
     parts = [torch.nn.Linear(3, 4), torch.nn.Linear(2, 4)]
     before = [p.weight.detach().clone() for p in parts]
     train(ds, CVFLConfig(parties_model=parts, epochs=2, batch_size=8, compressor=Identity()))
@@ -231,10 +223,7 @@ def test_schedules_from_cvfl_theory_bounds():
 
 
 def test_grad_norm_tracking_matches_autograd():
-    g = np.random.default_rng(0)
-    ds = VerticalDataset.from_arrays(
-        [g.normal(size=(30, 3)), g.normal(size=(30, 2))], np.arange(30) % 2
-    )
+    ds = tiny_dataset(30, (3, 2), y=np.arange(30) % 2, test_fraction=0.2)
     res = train(ds, CVFLConfig(epochs=1, batch_size=8, track_grad_norm=True, dtype="float64"))
     parties, server = res.models["parties"], res.models["server"]
     X = [torch.as_tensor(p) for p in ds.train_parts]

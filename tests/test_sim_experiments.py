@@ -5,9 +5,9 @@ import os
 
 import pytest
 import torch
+from _helpers import record_training
 
 import cvfl_sim.experiments as ex
-from cvfl_sim import algorithm
 from cvfl_sim.cli import main
 from cvfl_sim.results import RunResult
 from cvfl_sim.timing import time_to_target
@@ -30,14 +30,7 @@ def test_interrupted_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     # simulate an interruption before the last run finished
     victim = _specs()[-1].key()
     os.remove(runs / (victim + ".json"))
-    calls = []
-    real_train = algorithm.train
-
-    def counting(ds, cfg):
-        calls.append(cfg)
-        return real_train(ds, cfg)
-
-    monkeypatch.setattr(algorithm, "train", counting)  # what run_spec calls
+    calls = record_training(monkeypatch)  # the train that run_spec calls
     second = ex.run_sweep(_specs(), tmp_path, progress=False)
     assert len(calls) == 1
     assert calls[0].compressor.config()["bits"] == 3
@@ -54,10 +47,7 @@ def test_spec_key_changes_with_settings(monkeypatch):
     assert spec.key() != k
 
 
-def test_reproduce_cli_local_steps(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(
-        ex.SETTINGS, "breast-cancer", {**ex.SETTINGS["breast-cancer"], "quick_epochs": 1}
-    )
+def test_reproduce_cli_local_steps(tmp_path, monkeypatch, capsys, one_epoch):
     sweeps = []
     real_run_specs = ex.run_specs
 

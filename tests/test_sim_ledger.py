@@ -6,9 +6,9 @@ import os
 import numpy as np
 import pytest
 import torch
+from _helpers import StopTraining, run_params, stop_after, tiny_dataset
 
 from cvfl_sim.algorithm import CVFLConfig, train
-from cvfl_sim.data import VerticalDataset
 from cvfl_sim.ledger import BitLedger, RoundBits, paper_cost_model
 from cvfl_sim.results import RunResult
 from cvfl_theory.compressors import ScalarQuantizer
@@ -18,9 +18,7 @@ torch.set_num_threads(1)
 
 def _tiny():
     # 10 samples, test_fraction 0.2 -> 8 training samples; 2 classes
-    g = np.random.default_rng(0)
-    parts = [g.normal(size=(10, 4)), g.normal(size=(10, 6))]
-    return VerticalDataset.from_arrays(parts, np.arange(10) % 2, test_fraction=0.2, rng=0)
+    return tiny_dataset(10, (4, 6), y=np.arange(10) % 2, test_fraction=0.2)
 
 
 def test_round_bits_downloads():
@@ -135,10 +133,6 @@ def test_bits_to_target():
     assert res.bits_to_target(0.9) == float("inf")
 
 
-class _Interrupt(Exception):
-    pass
-
-
 def test_checkpoint_resume_gives_identical_run(tmp_path):
     ds = _tiny()
     cfg = CVFLConfig(
@@ -146,20 +140,12 @@ def test_checkpoint_resume_gives_identical_run(tmp_path):
     )
     full = train(ds, cfg)
     ck = tmp_path / "ck.pt"
-
-    def stop(epoch):
-        if epoch == 1:
-            raise _Interrupt
-
-    with pytest.raises(_Interrupt):
-        train(ds, cfg, checkpoint=ck, on_epoch_end=stop)
+    with pytest.raises(StopTraining):
+        train(ds, cfg, checkpoint=ck, on_epoch_end=stop_after(1))
     assert ck.exists()
     resumed = train(ds, cfg, checkpoint=ck)
     assert resumed == full
-    for a, b in zip(
-        [p for n in [*full.models["parties"], full.models["server"]] for p in n.parameters()],
-        [p for n in [*resumed.models["parties"], resumed.models["server"]] for p in n.parameters()],
-    ):
+    for a, b in zip(run_params(full), run_params(resumed)):
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="another data set or configuration"):
         train(ds, CVFLConfig(Q=3, epochs=3, batch_size=3), checkpoint=ck)

@@ -7,14 +7,15 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import cloudpickle
 import pytest
 import torch
+from _helpers import record_training, set_one_epoch
 
 import cvfl_sim.experiments as ex
-from cvfl_sim import algorithm
 from cvfl_sim.cli import build_parser, main
 from cvfl_sim.commands import reproduce
 from cvfl_sim.commands._run_args import config_from_args
@@ -39,20 +40,29 @@ def _no_idle_workers():
     get_reusable_executor().shutdown(wait=True)
 
 
-@pytest.fixture
-def one_epoch(monkeypatch):
-    """Quick runs of one epoch on breast-cancer.
-
-    Only the epochs change, and they travel inside each RunSpec, so worker processes (which do
-    not see this monkeypatch) train exactly what the serial run trains.
-    """
-    st = {**ex.SETTINGS["breast-cancer"], "quick_epochs": 1}
-    monkeypatch.setitem(ex.SETTINGS, "breast-cancer", st)
-
-
 def _reproduce(out, *extra):
     args = ["reproduce", "local-steps", "--quick", "--out", str(out), "--no-progress", *extra]
     assert main(args) == 0
+
+
+@pytest.fixture(scope="module")
+def serial_sweep(tmp_path_factory):
+    """The serial sweep (two seeds, one epoch) that the joblib and Dask sweeps must reproduce."""
+    out = tmp_path_factory.mktemp("serial")
+    with pytest.MonkeyPatch.context() as mp:
+        set_one_epoch(mp)
+        _reproduce(out, "--seeds", "2")
+    return out
+
+
+@contextmanager
+def _pickled_by_value():
+    """Let worker processes unpickle this module's functions (they cannot import tests/)."""
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        yield
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 def _runs(folder):
@@ -74,10 +84,9 @@ def _same_outputs(a, b):
 
 
 # ------------------------------------------------------------------------------ joblib
-def test_parallel_sweep_gives_the_serial_results_and_tables(tmp_path, one_epoch):
-    _reproduce(tmp_path / "serial", "--seeds", "2")
+def test_parallel_sweep_gives_the_serial_results_and_tables(tmp_path, one_epoch, serial_sweep):
     _reproduce(tmp_path / "jobs2", "--seeds", "2", "--jobs", "2")
-    _same_outputs(tmp_path / "serial", tmp_path / "jobs2")
+    _same_outputs(serial_sweep, tmp_path / "jobs2")
 
 
 @dataclass(frozen=True)
@@ -99,13 +108,10 @@ def _sleep_then_result(spec):
 
 def test_results_follow_the_specs_not_the_completion_order(tmp_path):
     slow, fast = _Sleepy("slow", 2.0), _Sleepy("fast", 0.0)
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
-    try:
+    with _pickled_by_value():
         res = run_specs(
             [slow, fast], tmp_path, _sleep_then_result, executor=Executor(jobs=2), progress=False
         )
-    finally:
-        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     # the fast run finished (and was written) first, yet the result keeps the specs' order
     assert (tmp_path / "fast.json").stat().st_mtime_ns < (tmp_path / "slow.json").stat().st_mtime_ns
     assert list(res) == [slow, fast]
@@ -122,17 +128,12 @@ def test_jobs_2_is_this_process_and_one_worker_fed_the_data(tmp_path, one_epoch,
 
     get_reusable_executor().shutdown(wait=True)  # a fresh worker: nothing imported before
     specs = [ex.RunSpec("breast-cancer", "scalar", 2, 2, s, 1) for s in range(2)]
-    calls = []
-    real = algorithm.train
-    monkeypatch.setattr(algorithm, "train", lambda ds, cfg: calls.append(cfg.seed) or real(ds, cfg))
+    calls = record_training(monkeypatch)
     res = ex.run_sweep(specs, tmp_path, progress=False, executor=Executor(jobs=2))
-    assert calls == [1]  # this process took the last run; the worker the first
+    assert [c.seed for c in calls] == [1]  # this process took the last run; the worker the first
     assert list(res) == specs and len(list((tmp_path / "runs").glob("*.json"))) == 2
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    try:
+    with _pickled_by_value():
         pid, heavy = _pool(Executor(jobs=2)).submit(_heavy_modules).result()
-    finally:
-        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     assert pid != os.getpid()
     assert heavy == []  # it trained on the data set built here: no scikit-learn, no scipy
 
@@ -168,13 +169,10 @@ def _alive(pid):
 def test_workers_started_for_a_command_stop_when_its_sweep_ends(tmp_path):
     executor = Executor(jobs=2)
     start_workers(executor, "json")
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    try:
+    with _pickled_by_value():
         pid, _ = _pool(executor).submit(_heavy_modules).result()  # the same (reusable) pool
         specs = [_Sleepy("one", 0.0), _Sleepy("two", 0.0)]
         run_specs(specs, tmp_path, _sleep_then_result, executor=executor, progress=False)
-    finally:
-        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     deadline = time.monotonic() + 60
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -189,12 +187,9 @@ def _fail_on_first(spec):
 
 def test_a_failed_run_in_a_worker_ends_the_sweep_with_its_error(tmp_path):
     specs = [_Sleepy("first", 0.0), _Sleepy("last", 0.0)]
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    try:
+    with _pickled_by_value():
         with pytest.raises(ValueError, match="run 'first' failed"):
             run_specs(specs, tmp_path, _fail_on_first, executor=Executor(jobs=2), progress=False)
-    finally:
-        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     assert not (tmp_path / "first.json").exists()
 
 
@@ -234,19 +229,19 @@ def test_sweep_killed_mid_way_resumes_without_a_corrupted_file(tmp_path, monkeyp
     assert 0 < len(kept) < len(specs), kept  # killed mid-sweep
     for name in kept:
         RunResult.load(runs / name)  # every file left behind is complete
-    calls = []
-    real = algorithm.train
-    monkeypatch.setattr(algorithm, "train", lambda ds, cfg: calls.append(cfg.seed) or real(ds, cfg))
+    calls = record_training(monkeypatch)
     res = ex.run_sweep(specs, tmp_path, progress=False)  # a damaged file would warn (an error)
     done = {s.seed for s in specs if s.key() + ".json" in kept}
-    assert sorted(calls) == sorted(set(range(8)) - done)  # only the missing runs
+    assert sorted(c.seed for c in calls) == sorted(set(range(8)) - done)  # only the missing runs
     assert list(res) == specs and len(finished()) == len(specs)
     for s in specs:
         assert RunResult.load(runs / (s.key() + ".json")) == res[s]
 
 
 # ------------------------------------------------------------------------------ Dask
-def test_dask_backend_on_a_loopback_cluster_gives_the_serial_results(tmp_path, one_epoch):
+def test_dask_backend_on_a_loopback_cluster_gives_the_serial_results(
+    tmp_path, one_epoch, serial_sweep
+):
     from distributed import LocalCluster
 
     # workers as threads of this process, reached over TCP on loopback (tasks and results are
@@ -262,8 +257,7 @@ def test_dask_backend_on_a_loopback_cluster_gives_the_serial_results(tmp_path, o
         address = cluster.scheduler_address
         assert address.startswith("tcp://127.0.0.1:")
         _reproduce(tmp_path / "dask", "--seeds", "2", "--backend", "dask", "--scheduler", address)
-    _reproduce(tmp_path / "serial", "--seeds", "2")
-    _same_outputs(tmp_path / "serial", tmp_path / "dask")
+    _same_outputs(serial_sweep, tmp_path / "dask")
 
 
 def test_dask_backend_without_dask_is_a_one_line_error(tmp_path, monkeypatch, capsys):

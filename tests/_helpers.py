@@ -1,0 +1,198 @@
+"""Plain helpers shared by several test files (fixtures live in ``conftest.py``).
+
+Imported as ``from _helpers import ...``: pytest puts ``tests/`` on ``sys.path`` (rootdir
+``conftest.py``, no package ``__init__``).
+"""
+
+import json
+import math
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cvfl_sim.experiments as ex
+from cvfl_sim import algorithm
+from cvfl_sim.algorithm import CVFLConfig
+from cvfl_sim.cli import main
+from cvfl_sim.data import VerticalDataset
+from cvfl_sim.transport import FRAME_BYTES
+from cvfl_theory.compressors import ScalarQuantizer
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository root (the folder holding ``tests/`` and ``docs/``)."""
+
+
+# ------------------------------------------------------------------------------ tiny data sets
+def tiny_dataset(n, dims, *, seed=0, y=None, classes=3, test_fraction=0.25, split_seed=None):
+    """Standard normal features, one ``(n, d)`` block per party of ``dims``, drawn with ``seed``.
+
+    ``y`` given: those labels. Otherwise ``classes`` random labels drawn after the features,
+    the first ``classes`` samples set to ``0..classes-1`` so that every class is present. The
+    train/test split is seeded with ``split_seed`` (default: ``seed``).
+    """
+    g = np.random.default_rng(seed)
+    parts = [g.normal(size=(n, d)) for d in dims]
+    if y is None:
+        y = g.integers(0, classes, size=n)
+        y[:classes] = np.arange(classes)
+    split = seed if split_seed is None else split_seed
+    return VerticalDataset.from_arrays(parts, y, test_fraction=test_fraction, rng=split)
+
+
+# ------------------------------------------------------------------------------ model parameters
+def model_params(parties, server):
+    """Detached copies of every parameter of the party models, then of the server model."""
+    return [q.detach().clone() for net in [*parties, server] for q in net.parameters()]
+
+
+def run_params(res):
+    """:func:`model_params` of a ``train`` result's models."""
+    return model_params(res.models["parties"], res.models["server"])
+
+
+def max_diff(a, b):
+    """Largest absolute entry difference between two parameter lists."""
+    return max(float((p - q).abs().max()) for p, q in zip(a, b))
+
+
+# ------------------------------------------------------------------------------ interruptions
+class StopTraining(Exception):
+    """Raised by :func:`stop_after` to interrupt ``train`` from its epoch callback."""
+
+
+def stop_after(n):
+    """An ``on_epoch_end`` callback that raises :class:`StopTraining` after epoch ``n``."""
+
+    def cb(epoch):
+        if epoch == n:
+            raise StopTraining
+
+    return cb
+
+
+# ------------------------------------------------------------------------------ checkpoint files
+def header_length(data):
+    """The header length field of checkpoint bytes, read here from the documented layout.
+
+    Magic (8 bytes), version (uint32), header length (uint64 little-endian), then the header.
+    """
+    (n,) = struct.unpack("<Q", data[12:20])
+    return n
+
+
+def checkpoint_header(data):
+    """The JSON header of checkpoint bytes (plain JSON, parsed here independently)."""
+    return json.loads(data[20 : 20 + header_length(data)])
+
+
+def array_layout(header):
+    """``{name: (dtype, shape)}`` of a checkpoint header's array table."""
+    return {e["name"]: (e["dtype"], tuple(e["shape"])) for e in header["arrays"]}
+
+
+# ------------------------------------------------------------------------------ sweeps
+def set_one_epoch(mp):
+    """Quick runs of one epoch on breast-cancer, through the monkeypatch ``mp``.
+
+    Only the epochs change, and they travel inside each RunSpec, so worker processes (which do
+    not see this monkeypatch) train exactly what the serial run trains.
+    """
+    st = {**ex.SETTINGS["breast-cancer"], "quick_epochs": 1}
+    mp.setitem(ex.SETTINGS, "breast-cancer", st)
+
+
+def record_training(mp):
+    """Patch (through ``mp``) the ``train`` that sweeps call to log each run's configuration.
+
+    Returns the list the configurations are appended to, one per run trained in this process.
+    """
+    calls = []
+    real = algorithm.train
+
+    def recording(ds, cfg):
+        calls.append(cfg)
+        return real(ds, cfg)
+
+    mp.setattr(algorithm, "train", recording)
+    return calls
+
+
+# ------------------------------------------------------------------------------ command line
+def run_json(capsys, argv):
+    """Exit code, parsed stdout and stderr of ``cvfl argv`` (its stdout: one JSON document)."""
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, json.loads(out), err  # fails unless stdout is exactly one JSON document
+
+
+# ------------------------------------------------------------------------------ subprocesses
+def python_stdout(code, timeout=None):
+    """The stripped stdout of ``python -c code`` in a fresh interpreter (which must exit 0)."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=timeout
+    )
+    return out.stdout.strip()
+
+
+# ------------------------------------------------------------------------------ C1 roles runs
+def roles_dataset(parties, n=60, seed=0):
+    """The roles/distributed tests' data set: ``parties`` parties of 2, 3, 4, 2, ... features."""
+    return tiny_dataset(n, [2 + m % 3 for m in range(parties)], seed=seed)
+
+
+def roles_config(**kw):
+    """The roles/distributed tests' configuration, with ``kw`` overriding its fields."""
+    base = dict(
+        Q=3,
+        lr=0.3,
+        epochs=2,
+        batch_size=16,
+        embedding_size=4,
+        compressor=ScalarQuantizer(3),
+        error_feedback=True,
+        seed=5,
+    )
+    return CVFLConfig(**{**base, **kw})
+
+
+def assert_same_history(a, b):
+    """Equal history rows, float entries up to float32 summation order (rel. 1e-6)."""
+    assert len(a) == len(b)
+    for ra, rb in zip(a, b):
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            if isinstance(ra[k], float):
+                # the measured errors are float32 sums taken in another order: rel. 1e-6
+                assert rb[k] == pytest.approx(ra[k], rel=1e-6, abs=1e-12), k
+            else:
+                assert ra[k] == rb[k], k
+
+
+def wire_bytes(compressor, payload_bits):
+    """Length of a to_bytes() message from the documented wire format (base.py table)."""
+    cfg = json.dumps({"name": compressor.name, "args": compressor.config()}, sort_keys=True)
+    header = 44 + len(cfg) + len("cpu")  # fixed fields, configuration, torch device name
+    return header + math.ceil(payload_bits / 8) + 4  # padded payload, CRC-32
+
+
+def expected_algorithm_bytes(rounds, compressor, M):
+    """Per rank: every frame of C1 from the rounds' payload bits plus the documented framing."""
+    out = [0] * (M + 1)
+    for uploads, server_model in rounds:
+        up = [FRAME_BYTES + wire_bytes(compressor, u) for u in uploads]
+        model = FRAME_BYTES + wire_bytes(compressor, server_model)
+        for m in range(1, M + 1):
+            out[m] += up[m - 1]  # the upload C_m(h_m)
+            out[0] += sum(up) - up[m - 1] + model  # relayed Φ̂_{-m} and C_0(θ_0) to party m
+    return out
+
+
+def payloads(res, q, M, epochs):
+    """(uploads, server model) payload bits of every round, from the compressor's formula."""
+    sizes = [16, 16, 13]  # N_train = 45: batches of 16, 16 and 13 per epoch
+    theta0 = res.summary["theta0_size"]
+    return [([q.payload_bits((b, 4))] * M, q.payload_bits((1, theta0))) for b in sizes * epochs]
