@@ -1262,8 +1262,8 @@ static inline void K(a2_nearest_scaled)(double X, double Y, double *i, double *j
 /* HEX_X86: the two x86 vector paths run some loops of the hexagonal quantizer with intrinsics,
    the same operations in the same order as the plain loops beside them (which the portable path
    and every remainder use), so the same bits: the reconstruction on AVX2 and AVX-512 (a codeword
-   is one 16-byte load of pxy), the dither and the nearest point on AVX2 only (AVX-512's compiled
-   16-lane loops are faster there). Why: compiled from the plain loops, these spent most of their
+   is one 16-byte load of pxy), the dither, the unit-box coordinates (float32, no clamp) and the
+   nearest point on AVX2 only (AVX-512's compiled 16-lane loops are faster there). Why: compiled from the plain loops, these spent most of their
    time moving 32-bit halves and codeword coordinates between vector lanes (see "perf (issue 13)"
    before hex_run). */
 #undef HEX_X86
@@ -1532,10 +1532,41 @@ static ALWAYS_INLINE Py_ssize_t K(hex_out_vec_f64)(const int32_t *k, const doubl
 DEFINE_HEX_OUT(K(hex_out_f32), float, f32)
 DEFINE_HEX_OUT(K(hex_out_f64), double, f64)
 
+#undef HEX_IN_VEC
+#undef HEX_IN_VEC_f32
+#undef HEX_IN_VEC_f64
+#if HEX_X86 && VL == 4
+/* hex_in of float32 pairs 0 .. m - m % 4 without the clamp, 4 per vector; returns how many it
+   did. One permutation takes the 8 floats of 4 pairs to (x0..x3 | y0..y3); max(v, -0.5) is
+   `v >= -0.5 ? v : -0.5` (vmaxpd returns its second operand for a NaN and for equal values). */
+static ALWAYS_INLINE Py_ssize_t K(hex_in_vec_f32)(const float *xr, Py_ssize_t m, double l,
+                                                  double s, double *X, double *Y) {
+    const __m256d vl = _mm256_set1_pd(l), vs = _mm256_set1_pd(s);
+    const __m256d half = _mm256_set1_pd(0.5), corner = _mm256_set1_pd(-0.5);
+    const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    Py_ssize_t p = 0;
+    for (; p + 4 <= m; p += 4) {
+        __m256 v = _mm256_permutevar8x32_ps(_mm256_loadu_ps(xr + 2 * p), split);
+        __m256d x = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+        __m256d y = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        x = _mm256_sub_pd(_mm256_mul_pd(_mm256_sub_pd(x, vl), vs), half);
+        y = _mm256_sub_pd(_mm256_mul_pd(_mm256_sub_pd(y, vl), vs), half);
+        _mm256_storeu_pd(X + p, _mm256_max_pd(x, corner));
+        _mm256_storeu_pd(Y + p, _mm256_max_pd(y, corner));
+    }
+    return p;
+}
+#define HEX_IN_VEC(T, xr, m, l, s, X, Y) HEX_IN_VEC_##T(xr, m, l, s, X, Y)
+#define HEX_IN_VEC_f32(xr, m, l, s, X, Y) K(hex_in_vec_f32)(xr, m, l, s, X, Y)
+#define HEX_IN_VEC_f64(xr, m, l, s, X, Y) 0
+#else
+#define HEX_IN_VEC(T, xr, m, l, s, X, Y) 0
+#endif
+
 /* Centred unit-box coordinates of the pairs p0 .. p0 + n - 1 of a row (padding: the centre);
    entries are clamped into [l, h] and counted as in CLAMP_COUNT. */
-#define HEX_IN_LOOP(CLAMP)                                                                      \
-    for (Py_ssize_t p = 0; p < m; p++) {                                                       \
+#define HEX_IN_LOOP(CLAMP, p0)                                                                  \
+    for (Py_ssize_t p = (p0); p < m; p++) {                                                    \
         double v0 = (double)xr[2 * p], v1 = (double)xr[2 * p + 1];                             \
         if (CLAMP) {                                                                           \
             CLAMP_COUNT(v0, l, h, clip, bad);                                                  \
@@ -1549,15 +1580,15 @@ DEFINE_HEX_OUT(K(hex_out_f64), double, f64)
 /* clamp = 0 (a row's own min-max range, which contains every finite entry of the row: the
    clamp would change nothing; a non-finite entry makes the range non-finite, which the caller
    checks) skips the clamp and the counts. */
-#define DEFINE_HEX_IN(NAME, XT)                                                                 \
+#define DEFINE_HEX_IN(NAME, XT, T)                                                              \
     NOINLINE                                                                                   \
     static void NAME(const XT *xr, Py_ssize_t n, Py_ssize_t half, double l, double h,          \
                      double s, int clamp, double *RESTRICT X, double *RESTRICT Y,              \
                      int64_t *nclip, int64_t *nbad) {                                          \
         int64_t clip = 0, bad = 0;                                                             \
         Py_ssize_t m = n < half ? n : half;                                                    \
-        if (clamp) HEX_IN_LOOP(1)                                                              \
-        else HEX_IN_LOOP(0)                                                                    \
+        if (clamp) HEX_IN_LOOP(1, 0)                                                           \
+        else HEX_IN_LOOP(0, HEX_IN_VEC(T, xr, m, l, s, X, Y))                                  \
         if (m < n) {                                                                           \
             double v0 = (double)xr[2 * m];                                                     \
             CLAMP_COUNT(v0, l, h, clip, bad);                                                  \
@@ -1569,8 +1600,8 @@ DEFINE_HEX_OUT(K(hex_out_f64), double, f64)
         *nbad += bad;                                                                          \
     }
 
-DEFINE_HEX_IN(K(hex_in_f32), float)
-DEFINE_HEX_IN(K(hex_in_f64), double)
+DEFINE_HEX_IN(K(hex_in_f32), float, f32)
+DEFINE_HEX_IN(K(hex_in_f64), double, f64)
 
 /* Row constants of the hexagonal quantizer: 1/span (0 for an empty range), span, centre. */
 static inline void K(hex_consts)(double l, double h, double *inv, double *span, double *mid) {
@@ -1596,19 +1627,20 @@ DEFINE_HEX_LOAD(K(hex_load_u8), uint8_t)
 DEFINE_HEX_LOAD(K(hex_load_u16), uint16_t)
 
 /* perf (issue 13): HexLatticeQuantizer(3) compress + decompress of a (4096, 256) float32 array,
-   kernel CPU time (medians; perf record for the shares). Before: AVX2 2.53 + 1.51 = 4.04 ms,
-   AVX-512 1.57 + 1.00 = 2.57 ms. On AVX2 the plain loops compiled to code dominated by lane
-   shuffles (port 5): the dither deinterleaved each 8 words into halves with 10 shuffles and the
-   reconstruction assembled px[k], py[k] from scalar loads with vmovhpd / vinsertf128, 14
-   shuffles per 8 pairs; the nearest-point loop spilled (16 ymm registers) and spent 17 double
-   operations per 4 pairs on exact integers; every phase ran once per row (4096 calls each, with
-   two divisions per nearest-point call). Now (the same bits on every path): AVX2 2.18 + 1.17 =
-   3.35 ms, AVX-512 1.58 + 0.84 = 2.42 ms. What is left on AVX2, of compress + decompress: the
-   nearest point 29%, the dither 24% (both sides), the stream 14%, hex_in 12%, hex_out 10%, row
-   ranges, chunk loop and index stores 9%, index loads 3%: each loop now runs at about the vector
-   throughput of its float64 operations, which are fixed (same operations, same order, no FMA:
-   the same bits on every path), and AVX2 executes them 4 wide against AVX-512's 8 (plus masked
-   selects and the 64-bit rotate, vprolq, that the stream lacks on AVX2). */
+   kernel CPU time (medians of 150, three interleaved runs; perf record for the shares). Before:
+   AVX2 2.53 + 1.54 = 4.07 ms, AVX-512 1.63 + 1.02 = 2.65 ms. On AVX2 the plain loops compiled to
+   code dominated by lane shuffles (port 5): the dither deinterleaved each 8 words into halves
+   with 10 shuffles, the reconstruction assembled px[k], py[k] from scalar loads with vmovhpd /
+   vinsertf128 (14 shuffles per 8 pairs), hex_in clamped with compare + blend; the nearest-point
+   loop spilled (16 ymm registers) and spent 17 double operations per 4 pairs on exact integers;
+   and every phase ran once per row (4096 calls each, two divisions per nearest-point call). Now,
+   with the same bits on every path: AVX2 2.10 + 1.17 = 3.27 ms (-20%), AVX-512 1.61 + 0.84 =
+   2.45 ms (-7%). What is left on AVX2, of compress + decompress: the nearest point 30%, the
+   dither 25% (both sides), the stream 15%, hex_out 10%, hex_in 8%, row ranges, chunk loop and
+   index stores 8%, index loads 3%. Each loop now runs near the vector throughput of its
+   float64 operations, which are fixed (same operations, same order, no FMA: the same bits on
+   every path); AVX2 executes them 4 wide against AVX-512's 8, without masked selects and
+   without the 64-bit rotate (vprolq) the stream uses on AVX-512. */
 
 /* The whole hexagonal quantizer, in chunks of HB consecutive pairs of the row-major pair array
    (a chunk may hold several rows, and a row may span chunks), each phase a simple loop: the
