@@ -31,8 +31,9 @@
  * and VL the 64-bit lanes per vector of that path. The kernels are the CVFL_BODY part at the
  * end. Only GCC/clang pragmas are used for the per-path targets (no target_clones, which clang
  * 14 supports only partly); other compilers get the portable path alone. Intrinsics
- * (immintrin.h) appear only in the scalar quantizer's two hot loops on the x86 paths (sq_vec,
- * sdq_vec): the same operations as the plain C loops the portable path runs.
+ * (immintrin.h) appear only in hot loops on the x86 paths -- the scalar quantizer's sq_vec and
+ * sdq_vec, the hexagonal quantizer's HEX_X86 loops: the same operations, in the same order, as
+ * the plain C loops the portable path runs.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,7 +41,7 @@
 #include <stdint.h>
 #include <string.h>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(CVFL_PORTABLE_ONLY)
-#include <immintrin.h> /* the x86 paths' loops of the scalar quantizer (sq_vec, sdq_vec) */
+#include <immintrin.h> /* the x86 paths' hand-vectorized loops (scalar: sq_vec, sdq_vec; hex: HEX_X86) */
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -191,7 +192,7 @@ typedef struct {
     const int32_t *lut;   /* (rows, width) codeword index table, origin (j0, i0) */
     Py_ssize_t rows, width, size;
     double i0, j0;
-    const double *px, *py; /* codeword coordinates (centred unit box), by index */
+    const double *pxy;    /* codeword k at (pxy[2k], pxy[2k + 1]) (centred unit box) */
 } hexcode;
 
 #define HB 512 /* pairs per block (scratch on the stack) */
@@ -518,21 +519,28 @@ done:
     release(&idxv); release(&lov); release(&hiv); release(&yv);
     return ret;
 }
-/* Parse the codebook tuple (a, lut int32 (rows, width), rows, width, i0, j0, px, py, size). */
-static int get_hexcode(PyObject *cb, hexcode *hc, Py_buffer *lutv, Py_buffer *pxv,
-                       Py_buffer *pyv) {
-    PyObject *luto, *pxo, *pyo;
-    lutv->obj = pxv->obj = pyv->obj = NULL;
-    if (!PyArg_ParseTuple(cb, "dOnnddOOn", &hc->a, &luto, &hc->rows, &hc->width, &hc->i0,
-                          &hc->j0, &pxo, &pyo, &hc->size))
+/* Parse the codebook tuple (a, lut int32 (rows, width), rows, width, i0, j0, pxy, size), pxy the
+   codewords' coordinates interleaved (2 size float64). */
+static int get_hexcode(PyObject *cb, hexcode *hc, Py_buffer *lutv, Py_buffer *pxyv) {
+    PyObject *luto, *pxyo;
+    lutv->obj = pxyv->obj = NULL;
+    if (!PyArg_ParseTuple(cb, "dOnnddOn", &hc->a, &luto, &hc->rows, &hc->width, &hc->i0,
+                          &hc->j0, &pxyo, &hc->size))
         return -1;
     if (hc->rows < 1 || hc->width < 1 || hc->size < 1 || hc->size > 65536 || !(hc->a > 0.0)) {
         PyErr_SetString(PyExc_ValueError, "codebook: empty or oversized table, or scale <= 0");
         return -1;
     }
+    /* the nearest-point search computes cell indices in int32 (see hex_nearest_vec) */
+    if (hc->rows > (1 << 24) / hc->width || !(fabs(hc->i0) <= 0x1p24) ||
+        !(fabs(hc->j0) <= 0x1p24) || hc->i0 != (double)(int32_t)hc->i0 ||
+        hc->j0 != (double)(int32_t)hc->j0) {
+        PyErr_SetString(PyExc_ValueError, "codebook: table of more than 2^24 cells, or its "
+                        "origin (i0, j0) not integers of magnitude <= 2^24");
+        return -1;
+    }
     if (get_buffer(luto, lutv, 0, T_I32, hc->rows * hc->width, "lut", 0) < 0) return -1;
-    if (get_buffer(pxo, pxv, 0, T_F64, hc->size, "px", 0) < 0) return -1;
-    if (get_buffer(pyo, pyv, 0, T_F64, hc->size, "py", 0) < 0) return -1;
+    if (get_buffer(pxyo, pxyv, 0, T_F64, 2 * hc->size, "pxy", 0) < 0) return -1;
     hc->lut = (const int32_t *)lutv->buf;
     for (Py_ssize_t q = 0; q < hc->rows * hc->width; q++) {
         if (hc->lut[q] < 0 || hc->lut[q] >= hc->size) {
@@ -540,8 +548,7 @@ static int get_hexcode(PyObject *cb, hexcode *hc, Py_buffer *lutv, Py_buffer *px
             return -1;
         }
     }
-    hc->px = (const double *)pxv->buf;
-    hc->py = (const double *)pyv->buf;
+    hc->pxy = (const double *)pxyv->buf;
     return 0;
 }
 
@@ -563,13 +570,13 @@ static PyObject *py_hex_quantize(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t npairs = (P + 1) / 2;
-    Py_buffer xv, lov, hiv, idxv, yv, lutv, pxv, pyv;
+    Py_buffer xv, lov, hiv, idxv, yv, lutv, pxyv;
     rowparam lo, hi;
     hexcode hc;
-    xv.obj = lov.obj = hiv.obj = idxv.obj = yv.obj = lutv.obj = pxv.obj = pyv.obj = NULL;
+    xv.obj = lov.obj = hiv.obj = idxv.obj = yv.obj = lutv.obj = pxyv.obj = NULL;
     PyObject *ret = NULL;
     int64_t counts[2];
-    if (get_hexcode(cbo, &hc, &lutv, &pxv, &pyv) < 0) goto done;
+    if (get_hexcode(cbo, &hc, &lutv, &pxyv) < 0) goto done;
     if (idxo != Py_None && it == T_U8 && hc.size > 256) {
         PyErr_SetString(PyExc_ValueError, "hex_quantize: codebook too large for uint8 indices");
         goto done;
@@ -585,7 +592,7 @@ static PyObject *py_hex_quantize(PyObject *self, PyObject *args) {
     ret = Py_BuildValue("(LL)", (long long)counts[0], (long long)counts[1]);
 done:
     release(&xv); release(&lov); release(&hiv); release(&idxv); release(&yv);
-    release(&lutv); release(&pxv); release(&pyv);
+    release(&lutv); release(&pxyv);
     return ret;
 }
 
@@ -603,13 +610,13 @@ static PyObject *py_hex_dequantize(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t npairs = (P + 1) / 2;
-    Py_buffer idxv, lov, hiv, yv, lutv, pxv, pyv;
+    Py_buffer idxv, lov, hiv, yv, lutv, pxyv;
     rowparam lo, hi;
     hexcode hc;
-    idxv.obj = lov.obj = hiv.obj = yv.obj = lutv.obj = pxv.obj = pyv.obj = NULL;
+    idxv.obj = lov.obj = hiv.obj = yv.obj = lutv.obj = pxyv.obj = NULL;
     PyObject *ret = NULL;
     int64_t counts[2];
-    if (get_hexcode(cbo, &hc, &lutv, &pxv, &pyv) < 0) goto done;
+    if (get_hexcode(cbo, &hc, &lutv, &pxyv) < 0) goto done;
     if (get_buffer(idxo, &idxv, 0, it, B * npairs, "idx", 0) < 0) goto done;
     if (get_rowparam(loo, &lov, B, &lo, "lo") < 0) goto done;
     if (get_rowparam(hio, &hiv, B, &hi, "hi") < 0) goto done;
@@ -627,7 +634,7 @@ static PyObject *py_hex_dequantize(PyObject *self, PyObject *args) {
     Py_INCREF(ret);
 done:
     release(&idxv); release(&lov); release(&hiv); release(&yv);
-    release(&lutv); release(&pxv); release(&pyv);
+    release(&lutv); release(&pxyv);
     return ret;
 }
 
@@ -1421,6 +1428,20 @@ static inline void K(a2_nearest_scaled)(double X, double Y, double *i, double *j
     *j = K(select)(use1, j1, j0);
 }
 
+/* HEX_X86: the two x86 vector paths run some loops of the hexagonal quantizer with intrinsics,
+   the same operations in the same order as the plain loops beside them (which the portable path
+   and every remainder use), so the same bits: the reconstruction on AVX2 and AVX-512 (a codeword
+   is one 16-byte load of pxy), the dither, the unit-box coordinates (float32, no clamp) and the
+   nearest point on AVX2 only (AVX-512's compiled 16-lane loops are faster there). Why: compiled from the plain loops, these spent most of their
+   time moving 32-bit halves and codeword coordinates between vector lanes (see "perf (issue 13)"
+   before hex_run). */
+#undef HEX_X86
+#if VL >= 4 && defined(CVFL_X86_PATHS) && !defined(CVFL_NO_VECTOR_EXT)
+#define HEX_X86 1
+#else
+#define HEX_X86 0
+#endif
+
 /* Dither of one pair from its word w: u = z - Q(z) with z = alpha b1 + beta b2 in the rhombus,
    alpha = (2A + 1) 2^-24, beta = (2A' + 1) 2^-24 where A, A' are the top 23 bits of the low and
    high 32-bit halves of w: uniform on 2^46 grid midpoints of the rhombus, so u is uniform on the
@@ -1428,27 +1449,66 @@ static inline void K(a2_nearest_scaled)(double X, double Y, double *i, double *j
    The reduction is exact, in integers (units 2^-24): the upper triangle (alpha + beta > 1) is
    reflected onto the lower one (u -> -u); in the lower triangle (0, b1, b2) the nearest vertex is
    0 if 2 alpha + beta < 1 and alpha + 2 beta < 1 (never equal: both sides are odd), else b1 if
-   alpha > beta, else b2. Cartesian coordinates out (float64: one rounding each). */
+   alpha > beta, else b2. Cartesian coordinates out (float64: one rounding each).
+   Computed branch-free, with the same integers: x = 2A + 1, y = 2A' + 1, N = 2^24, s = x + y,
+   t1 = 2x + y = s + x, t2 = x + 2y = s + y; f = (s > N) (upper triangle). The pair leaves its
+   triangle's own vertex (0 below, b1 + b2 above) iff o = (max(t1, t2) > N) & (min(t1, t2) < 2N):
+   below, min < 2N always holds, and above, max > N (reflected, t -> 3N - t). It goes to b1 if
+   g = (d > 0), d = x - y (negated above: the reflection swaps the roles), else to b2. The lattice
+   point subtracted, in units of b1 and b2, is (cx, cy) = ((o & g) ^ f, (o & !g) ^ f), and
+   u = (x - cx N) b1 + (y - cy N) b2 (units 2^-24). */
 /* a25 = a 2^-25 and c24 = (a sqrt3/2) 2^-24 (see hex_dither_block). */
 static inline void K(hex_dither)(uint64_t w, double a25, double c24, double *ux, double *uy) {
     const int32_t one = 1 << 24;
-    int32_t al = (int32_t)(((uint32_t)w >> 9) * 2u + 1u);
-    int32_t be = (int32_t)(((uint32_t)(w >> 32) >> 9) * 2u + 1u);
-    int32_t flip = al + be > one;
-    al = flip ? one - al : al;
-    be = flip ? one - be : be;
-    int32_t out0 = (2 * al + be > one) | (al + 2 * be > one);
-    int32_t g = al > be;
-    al -= (out0 & g) ? one : 0;
-    be -= (out0 & !g) ? one : 0;
-    al = flip ? -al : al;
-    be = flip ? -be : be;
-    /* ux = a (A + Bt/2), uy = (a sqrt3/2) Bt with A = al 2^-24, Bt = be 2^-24: A + Bt/2 is
-       (2 al + be) 2^-25 exactly and scaling by a power of two is exact, so each coordinate is
+    int32_t x = (int32_t)(((uint32_t)w >> 8) | 1u);
+    int32_t y = (int32_t)(((uint32_t)(w >> 32) >> 8) | 1u);
+    int32_t s = x + y, t1 = s + x, t2 = s + y;
+    int32_t f = -(int32_t)(s > one);
+    int32_t o = -(int32_t)(((t1 > t2 ? t1 : t2) > one) & ((t1 < t2 ? t1 : t2) < 2 * one));
+    int32_t d = ((x - y) ^ f) - f;
+    int32_t g = -(int32_t)(d > 0);
+    x -= ((o & g) ^ f) & one;
+    y -= ((o & ~g) ^ f) & one;
+    /* ux = a (A + Bt/2), uy = (a sqrt3/2) Bt with A = x 2^-24, Bt = y 2^-24: A + Bt/2 is
+       (2x + y) 2^-25 exactly and scaling by a power of two is exact, so each coordinate is
        one correctly rounded product of the same two reals as in that formula: */
-    *ux = a25 * (double)(2 * al + be);
-    *uy = c24 * (double)be;
+    *ux = a25 * (double)(2 * x + y);
+    *uy = c24 * (double)y;
 }
+
+#if HEX_X86 && VL == 4
+/* hex_dither of the 8 pairs w[0 .. 8), 8 int32 lanes: the low halves of w0 w1 | w4 w5 and of
+   w2 w3 | w6 w7 (two 16-byte loads each) are one in-lane shuffle away from the 8 low halves in
+   order, likewise the high halves (the compiler's code for the plain loop used 10 shuffles). */
+static ALWAYS_INLINE void K(hex_dither8)(const uint64_t *w, __m256d a25, __m256d c24,
+                                         double *ux, double *uy) {
+    const __m256i one = _mm256_set1_epi32(1 << 24), two = _mm256_set1_epi32(2 << 24);
+    const __m256i bit = _mm256_set1_epi32(1);
+#define LOAD2(i, j)                                                                             \
+    _mm256_castsi256_ps(_mm256_inserti128_si256(                                               \
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(w + (i)))),                   \
+        _mm_loadu_si128((const __m128i *)(w + (j))), 1))
+    __m256 w0145 = LOAD2(0, 4), w2367 = LOAD2(2, 6);
+#undef LOAD2
+    __m256i lo = _mm256_castps_si256(_mm256_shuffle_ps(w0145, w2367, 0x88));
+    __m256i hi = _mm256_castps_si256(_mm256_shuffle_ps(w0145, w2367, 0xDD));
+    __m256i x = _mm256_or_si256(_mm256_srli_epi32(lo, 8), bit);
+    __m256i y = _mm256_or_si256(_mm256_srli_epi32(hi, 8), bit);
+    __m256i s = _mm256_add_epi32(x, y), t1 = _mm256_add_epi32(s, x), t2 = _mm256_add_epi32(s, y);
+    __m256i f = _mm256_cmpgt_epi32(s, one);
+    __m256i o = _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_max_epi32(t1, t2), one),
+                                 _mm256_cmpgt_epi32(two, _mm256_min_epi32(t1, t2)));
+    __m256i d = _mm256_sub_epi32(_mm256_xor_si256(_mm256_sub_epi32(x, y), f), f);
+    __m256i g = _mm256_cmpgt_epi32(d, _mm256_setzero_si256());
+    x = _mm256_sub_epi32(x, _mm256_and_si256(_mm256_xor_si256(_mm256_and_si256(o, g), f), one));
+    y = _mm256_sub_epi32(y, _mm256_and_si256(_mm256_xor_si256(_mm256_andnot_si256(g, o), f), one));
+    __m256i sx = _mm256_add_epi32(_mm256_add_epi32(x, x), y);
+    _mm256_storeu_pd(ux, _mm256_mul_pd(a25, _mm256_cvtepi32_pd(_mm256_castsi256_si128(sx))));
+    _mm256_storeu_pd(ux + 4, _mm256_mul_pd(a25, _mm256_cvtepi32_pd(_mm256_extracti128_si256(sx, 1))));
+    _mm256_storeu_pd(uy, _mm256_mul_pd(c24, _mm256_cvtepi32_pd(_mm256_castsi256_si128(y))));
+    _mm256_storeu_pd(uy + 4, _mm256_mul_pd(c24, _mm256_cvtepi32_pd(_mm256_extracti128_si256(y, 1))));
+}
+#endif
 
 /* Dither of the next n pairs (Cartesian, unit box) into ux, uy: one stream word per pair. */
 NOINLINE static void K(hex_dither_block)(stream_t *st, Py_ssize_t n, double a, double *RESTRICT ux,
@@ -1456,19 +1516,94 @@ NOINLINE static void K(hex_dither_block)(stream_t *st, Py_ssize_t n, double a, d
     uint64_t w[HB];
     K(stream_words)(st, w, n);
     const double a25 = a * 0x1p-25, c24 = (a * (SQRT3 / 2.0)) * 0x1p-24; /* exact scalings */
-    for (Py_ssize_t p = 0; p < n; p++) K(hex_dither)(w[p], a25, c24, &ux[p], &uy[p]);
+    Py_ssize_t p = 0;
+#if HEX_X86 && VL == 4 /* AVX-512: the compiler's 16-lane loop is faster */
+    for (; p + 8 <= n; p += 8)
+        K(hex_dither8)(w + p, _mm256_set1_pd(a25), _mm256_set1_pd(c24), ux + p, uy + p);
+#endif
+    for (; p < n; p++) K(hex_dither)(w[p], a25, c24, &ux[p], &uy[p]);
 }
 
-/* Codeword indices of the points (X + ux, Y + uy) of the centred unit box. */
+/* The nearest-point constants of a codebook, computed once per call (not once per block). */
+typedef struct {
+    double ia, isa, imax, jmax, i0, j0, dwidth;
+} K(hexnear);
+
+static void K(hex_near_consts)(const hexcode *hc, K(hexnear) *c) {
+    c->ia = 1.0 / hc->a;
+    c->isa = 1.0 / (SQRT3 * hc->a);
+    c->imax = (double)(hc->width - 1);
+    c->jmax = (double)(hc->rows - 1);
+    c->i0 = hc->i0;
+    c->j0 = hc->j0;
+    c->dwidth = (double)hc->width;
+}
+
+#undef HEX_NEAREST_VEC
+#if HEX_X86 && VL == 4
+/* hex_nearest_block for the pairs 0 .. n - n % 4, 4 per vector; returns how many it did. The
+   float64 operations are those of a2_nearest_scaled, in the same order; its exact integer part
+   (i, j, the clamps into the table and the cell index) is done in the int32 lanes instead: the
+   low 32 bits of v + 1.5 2^52 are round_even(v) as an int32 (|v| < 2^31; the scaled coordinates
+   of the unit box are far smaller), and i0, j0 are integers (checked by get_hexcode), so every
+   value is the same integer. The compiler's code for the plain loop spilled (16 ymm registers)
+   and spent 17 double operations per 4 pairs on that integer part. */
+static ALWAYS_INLINE Py_ssize_t K(hex_nearest_vec)(const double *X, const double *Y,
+                                                   const double *ux, const double *uy,
+                                                   Py_ssize_t n, const K(hexnear) *c,
+                                                   const int32_t *lut, int32_t *k) {
+    const __m256d ia = _mm256_set1_pd(c->ia), isa = _mm256_set1_pd(c->isa);
+    const __m256d half = _mm256_set1_pd(0.5), three = _mm256_set1_pd(3.0);
+    const __m256d magic = _mm256_set1_pd(6755399441055744.0); /* 1.5 * 2^52 */
+    const __m256i i0 = _mm256_set1_epi32((int32_t)c->i0), j0 = _mm256_set1_epi32((int32_t)c->j0);
+    const __m256i imax = _mm256_set1_epi32((int32_t)c->imax);
+    const __m256i jmax = _mm256_set1_epi32((int32_t)c->jmax);
+    const __m256i width = _mm256_set1_epi32((int32_t)c->dwidth), zero = _mm256_setzero_si256();
+    const __m256i low = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6); /* the 64-bit lanes' low halves */
+    Py_ssize_t p = 0;
+    for (; p + 4 <= n; p += 4) {
+        __m256d x = _mm256_mul_pd(_mm256_add_pd(_mm256_loadu_pd(X + p), _mm256_loadu_pd(ux + p)), ia);
+        __m256d y = _mm256_mul_pd(_mm256_add_pd(_mm256_loadu_pd(Y + p), _mm256_loadu_pd(uy + p)), isa);
+        __m256d x1 = _mm256_sub_pd(x, half), y1 = _mm256_sub_pd(y, half);
+        __m256d rx0 = _mm256_add_pd(x, magic), ry0 = _mm256_add_pd(y, magic);
+        __m256d rx1 = _mm256_add_pd(x1, magic), ry1 = _mm256_add_pd(y1, magic);
+        __m256d dx0 = _mm256_sub_pd(x, _mm256_sub_pd(rx0, magic));
+        __m256d dy0 = _mm256_sub_pd(y, _mm256_sub_pd(ry0, magic));
+        __m256d dx1 = _mm256_sub_pd(x1, _mm256_sub_pd(rx1, magic));
+        __m256d dy1 = _mm256_sub_pd(y1, _mm256_sub_pd(ry1, magic));
+        __m256d d0 = _mm256_add_pd(_mm256_mul_pd(dx0, dx0), _mm256_mul_pd(three, _mm256_mul_pd(dy0, dy0)));
+        __m256d d1 = _mm256_add_pd(_mm256_mul_pd(dx1, dx1), _mm256_mul_pd(three, _mm256_mul_pd(dy1, dy1)));
+        __m256i use1 = _mm256_castpd_si256(_mm256_cmp_pd(d1, d0, _CMP_LT_OQ));
+        /* low int32 of each lane: m0, n0, m1, n1; i = m - n, j = 2n (+1 for the second coset) */
+        __m256i m0 = _mm256_castpd_si256(rx0), n0 = _mm256_castpd_si256(ry0);
+        __m256i m1 = _mm256_castpd_si256(rx1), n1 = _mm256_castpd_si256(ry1);
+        __m256i i = _mm256_blendv_epi8(_mm256_sub_epi32(m0, n0), _mm256_sub_epi32(m1, n1), use1);
+        __m256i j = _mm256_blendv_epi8(n0, n1, use1);
+        j = _mm256_sub_epi32(_mm256_add_epi32(j, j), use1);
+        i = _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(i, i0), zero), imax);
+        j = _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(j, j0), zero), jmax);
+        __m256i cell = _mm256_add_epi32(_mm256_mul_epu32(j, width), i);
+        cell = _mm256_permutevar8x32_epi32(cell, low);
+        _mm_storeu_si128((__m128i *)(k + p),
+                         _mm_i32gather_epi32(lut, _mm256_castsi256_si128(cell), 4));
+    }
+    return p;
+}
+#define HEX_NEAREST_VEC(X, Y, ux, uy, n, c, lut, k) K(hex_nearest_vec)(X, Y, ux, uy, n, c, lut, k)
+#else
+#define HEX_NEAREST_VEC(X, Y, ux, uy, n, c, lut, k) 0
+#endif
+
+/* Codeword indices of the points (X + ux, Y + uy) of the centred unit box: the lookup table
+   lut of the cell of the nearest lattice point. */
 NOINLINE static void K(hex_nearest_block)(const double *RESTRICT X, const double *RESTRICT Y,
-                              const double *RESTRICT ux, const double *RESTRICT uy, Py_ssize_t n,
-                              const hexcode *hc, int32_t *RESTRICT k) {
-    const double ia = 1.0 / hc->a, isa = 1.0 / (SQRT3 * hc->a);
-    const double imax = (double)(hc->width - 1), jmax = (double)(hc->rows - 1);
-    const double i0 = hc->i0, j0 = hc->j0;
-    const double dwidth = (double)hc->width;
-    const int32_t *RESTRICT lut = hc->lut;
-    for (Py_ssize_t p = 0; p < n; p++) {
+                                          const double *RESTRICT ux, const double *RESTRICT uy,
+                                          Py_ssize_t n, const K(hexnear) *c,
+                                          const int32_t *RESTRICT lut, int32_t *RESTRICT k) {
+    const double ia = c->ia, isa = c->isa, imax = c->imax, jmax = c->jmax;
+    const double i0 = c->i0, j0 = c->j0, dwidth = c->dwidth;
+    const Py_ssize_t nv = HEX_NEAREST_VEC(X, Y, ux, uy, n, c, lut, k);
+    for (Py_ssize_t p = nv; p < n; p++) {
         double i, j;
         K(a2_nearest_scaled)((X[p] + ux[p]) * ia, (Y[p] + uy[p]) * isa, &i, &j);
         double ii = i - i0, jj = j - j0;
@@ -1478,31 +1613,129 @@ NOINLINE static void K(hex_nearest_block)(const double *RESTRICT X, const double
         jj = jj > jmax ? jmax : jj;
         k[p] = (int32_t)(jj * dwidth + ii); /* exact: small integers */
     }
-    for (Py_ssize_t p = 0; p < n; p++) k[p] = lut[k[p]];
+    for (Py_ssize_t p = nv; p < n; p++) k[p] = lut[k[p]];
 }
 
-/* Reconstruct: y[2p] = (px[k] - ux) sp + md, y[2p + 1] likewise for p < half. */
-#define DEFINE_HEX_OUT(NAME, YT)                                                                \
+/* The part of row b in the chunk of pairs g0 .. g0 + nchunk - 1 that starts at its pair g0 + q:
+   the row's pairs p0 .. p0 + n - 1 (rows of npairs >= 1 pairs). */
+static inline void K(hex_segment)(Py_ssize_t g0, Py_ssize_t q, Py_ssize_t nchunk,
+                                  Py_ssize_t npairs, Py_ssize_t *b, Py_ssize_t *p0,
+                                  Py_ssize_t *n) {
+    *b = (g0 + q) / npairs;
+    *p0 = g0 + q - *b * npairs;
+    *n = npairs - *p0 < nchunk - q ? npairs - *p0 : nchunk - q;
+}
+
+#if HEX_X86
+/* The reconstructions of pairs p .. p + 3 as r0 = pairs p, p + 2 and r1 = pairs p + 1, p + 3
+   (each pair's (x, y) in a 128-bit half): codeword k is one 16-byte load of pxy. */
+static ALWAYS_INLINE void K(hex_out4)(const int32_t *k, const double *ux, const double *uy,
+                                      const double *pxy, __m256d sp, __m256d md, __m256d *r0,
+                                      __m256d *r1) {
+    __m256d vx = _mm256_loadu_pd(ux), vy = _mm256_loadu_pd(uy);
+#define PAIR2(i, j)                                                                             \
+    _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(pxy + 2 * (Py_ssize_t)k[i])),       \
+                         _mm_loadu_pd(pxy + 2 * (Py_ssize_t)k[j]), 1)
+    __m256d c0 = PAIR2(0, 2), c1 = PAIR2(1, 3);
+#undef PAIR2
+    *r0 = _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(c0, _mm256_unpacklo_pd(vx, vy)), sp), md);
+    *r1 = _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(c1, _mm256_unpackhi_pd(vx, vy)), sp), md);
+}
+
+static ALWAYS_INLINE Py_ssize_t K(hex_out_vec_f32)(const int32_t *k, const double *ux,
+                                                   const double *uy, Py_ssize_t m,
+                                                   const double *pxy, double sp, double md,
+                                                   float *y) {
+    const __m256d vsp = _mm256_set1_pd(sp), vmd = _mm256_set1_pd(md);
+    Py_ssize_t p = 0;
+    for (; p + 4 <= m; p += 4) {
+        __m256d r0, r1;
+        K(hex_out4)(k + p, ux + p, uy + p, pxy, vsp, vmd, &r0, &r1);
+        __m128d f0 = _mm_castps_pd(_mm256_cvtpd_ps(r0)), f1 = _mm_castps_pd(_mm256_cvtpd_ps(r1));
+        _mm_storeu_pd((double *)(y + 2 * p), _mm_unpacklo_pd(f0, f1)); /* 4 floats: pairs p, p+1 */
+        _mm_storeu_pd((double *)(y + 2 * p + 4), _mm_unpackhi_pd(f0, f1));
+    }
+    return p;
+}
+
+static ALWAYS_INLINE Py_ssize_t K(hex_out_vec_f64)(const int32_t *k, const double *ux,
+                                                   const double *uy, Py_ssize_t m,
+                                                   const double *pxy, double sp, double md,
+                                                   double *y) {
+    const __m256d vsp = _mm256_set1_pd(sp), vmd = _mm256_set1_pd(md);
+    Py_ssize_t p = 0;
+    for (; p + 4 <= m; p += 4) {
+        __m256d r0, r1;
+        K(hex_out4)(k + p, ux + p, uy + p, pxy, vsp, vmd, &r0, &r1);
+        _mm_storeu_pd(y + 2 * p, _mm256_castpd256_pd128(r0));
+        _mm_storeu_pd(y + 2 * p + 2, _mm256_castpd256_pd128(r1));
+        _mm_storeu_pd(y + 2 * p + 4, _mm256_extractf128_pd(r0, 1));
+        _mm_storeu_pd(y + 2 * p + 6, _mm256_extractf128_pd(r1, 1));
+    }
+    return p;
+}
+#undef HEX_OUT_VEC
+#define HEX_OUT_VEC(T, k, ux, uy, m, pxy, sp, md, y) K(hex_out_vec_##T)(k, ux, uy, m, pxy, sp, md, y)
+#else
+#undef HEX_OUT_VEC
+#define HEX_OUT_VEC(T, k, ux, uy, m, pxy, sp, md, y) 0
+#endif
+
+/* Reconstruct: y[2p] = (pxy[2k] - ux) sp + md, y[2p + 1] = (pxy[2k + 1] - uy) sp + md for
+   p < half, k = k[p]. */
+#define DEFINE_HEX_OUT(NAME, YT, T)                                                             \
     NOINLINE                                                                                   \
     static void NAME(const int32_t *RESTRICT k, const double *RESTRICT ux,                     \
                      const double *RESTRICT uy, Py_ssize_t n,                                  \
                      Py_ssize_t half, const hexcode *hc, double sp, double md, YT *RESTRICT y) {\
-        const double *RESTRICT px = hc->px, *RESTRICT py = hc->py;                             \
+        const double *RESTRICT pxy = hc->pxy;                                                  \
         Py_ssize_t m = n < half ? n : half;                                                    \
-        for (Py_ssize_t p = 0; p < m; p++) {                                                   \
-            y[2 * p] = (YT)((px[k[p]] - ux[p]) * sp + md);                                     \
-            y[2 * p + 1] = (YT)((py[k[p]] - uy[p]) * sp + md);                                 \
+        Py_ssize_t p = HEX_OUT_VEC(T, k, ux, uy, m, pxy, sp, md, y);                           \
+        for (; p < m; p++) {                                                                   \
+            y[2 * p] = (YT)((pxy[2 * k[p]] - ux[p]) * sp + md);                                \
+            y[2 * p + 1] = (YT)((pxy[2 * k[p] + 1] - uy[p]) * sp + md);                        \
         }                                                                                      \
-        if (m < n) y[2 * m] = (YT)((px[k[m]] - ux[m]) * sp + md);                              \
+        if (m < n) y[2 * m] = (YT)((pxy[2 * k[m]] - ux[m]) * sp + md);                         \
     }
 
-DEFINE_HEX_OUT(K(hex_out_f32), float)
-DEFINE_HEX_OUT(K(hex_out_f64), double)
+DEFINE_HEX_OUT(K(hex_out_f32), float, f32)
+DEFINE_HEX_OUT(K(hex_out_f64), double, f64)
+
+#undef HEX_IN_VEC
+#undef HEX_IN_VEC_f32
+#undef HEX_IN_VEC_f64
+#if HEX_X86 && VL == 4
+/* hex_in of float32 pairs 0 .. m - m % 4 without the clamp, 4 per vector; returns how many it
+   did. One permutation takes the 8 floats of 4 pairs to (x0..x3 | y0..y3); max(v, -0.5) is
+   `v >= -0.5 ? v : -0.5` (vmaxpd returns its second operand for a NaN and for equal values). */
+static ALWAYS_INLINE Py_ssize_t K(hex_in_vec_f32)(const float *xr, Py_ssize_t m, double l,
+                                                  double s, double *X, double *Y) {
+    const __m256d vl = _mm256_set1_pd(l), vs = _mm256_set1_pd(s);
+    const __m256d half = _mm256_set1_pd(0.5), corner = _mm256_set1_pd(-0.5);
+    const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    Py_ssize_t p = 0;
+    for (; p + 4 <= m; p += 4) {
+        __m256 v = _mm256_permutevar8x32_ps(_mm256_loadu_ps(xr + 2 * p), split);
+        __m256d x = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+        __m256d y = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        x = _mm256_sub_pd(_mm256_mul_pd(_mm256_sub_pd(x, vl), vs), half);
+        y = _mm256_sub_pd(_mm256_mul_pd(_mm256_sub_pd(y, vl), vs), half);
+        _mm256_storeu_pd(X + p, _mm256_max_pd(x, corner));
+        _mm256_storeu_pd(Y + p, _mm256_max_pd(y, corner));
+    }
+    return p;
+}
+#define HEX_IN_VEC(T, xr, m, l, s, X, Y) HEX_IN_VEC_##T(xr, m, l, s, X, Y)
+#define HEX_IN_VEC_f32(xr, m, l, s, X, Y) K(hex_in_vec_f32)(xr, m, l, s, X, Y)
+#define HEX_IN_VEC_f64(xr, m, l, s, X, Y) 0
+#else
+#define HEX_IN_VEC(T, xr, m, l, s, X, Y) 0
+#endif
 
 /* Centred unit-box coordinates of the pairs p0 .. p0 + n - 1 of a row (padding: the centre);
    entries are clamped into [l, h] and counted as in CLAMP_COUNT. */
-#define HEX_IN_LOOP(CLAMP)                                                                      \
-    for (Py_ssize_t p = 0; p < m; p++) {                                                       \
+#define HEX_IN_LOOP(CLAMP, p0)                                                                  \
+    for (Py_ssize_t p = (p0); p < m; p++) {                                                    \
         double v0 = (double)xr[2 * p], v1 = (double)xr[2 * p + 1];                             \
         if (CLAMP) {                                                                           \
             CLAMP_COUNT(v0, l, h, clip, bad);                                                  \
@@ -1516,15 +1749,15 @@ DEFINE_HEX_OUT(K(hex_out_f64), double)
 /* clamp = 0 (a row's own min-max range, which contains every finite entry of the row: the
    clamp would change nothing; a non-finite entry makes the range non-finite, which the caller
    checks) skips the clamp and the counts. */
-#define DEFINE_HEX_IN(NAME, XT)                                                                 \
+#define DEFINE_HEX_IN(NAME, XT, T)                                                              \
     NOINLINE                                                                                   \
     static void NAME(const XT *xr, Py_ssize_t n, Py_ssize_t half, double l, double h,          \
                      double s, int clamp, double *RESTRICT X, double *RESTRICT Y,              \
                      int64_t *nclip, int64_t *nbad) {                                          \
         int64_t clip = 0, bad = 0;                                                             \
         Py_ssize_t m = n < half ? n : half;                                                    \
-        if (clamp) HEX_IN_LOOP(1)                                                              \
-        else HEX_IN_LOOP(0)                                                                    \
+        if (clamp) HEX_IN_LOOP(1, 0)                                                           \
+        else HEX_IN_LOOP(0, HEX_IN_VEC(T, xr, m, l, s, X, Y))                                  \
         if (m < n) {                                                                           \
             double v0 = (double)xr[2 * m];                                                     \
             CLAMP_COUNT(v0, l, h, clip, bad);                                                  \
@@ -1536,8 +1769,8 @@ DEFINE_HEX_OUT(K(hex_out_f64), double)
         *nbad += bad;                                                                          \
     }
 
-DEFINE_HEX_IN(K(hex_in_f32), float)
-DEFINE_HEX_IN(K(hex_in_f64), double)
+DEFINE_HEX_IN(K(hex_in_f32), float, f32)
+DEFINE_HEX_IN(K(hex_in_f64), double, f64)
 
 /* Row constants of the hexagonal quantizer: 1/span (0 for an empty range), span, centre. */
 static inline void K(hex_consts)(double l, double h, double *inv, double *span, double *mid) {
@@ -1562,70 +1795,91 @@ static inline void K(hex_consts)(double l, double h, double *inv, double *span, 
 DEFINE_HEX_LOAD(K(hex_load_u8), uint8_t)
 DEFINE_HEX_LOAD(K(hex_load_u16), uint16_t)
 
-/* perf (issue 13), HexLatticeQuantizer(3) compress + decompress of a (4096, 256) float32 tensor
-   on the AVX2 path (kernels 2.5 + 1.5 ms; AVX-512: 1.6 + 1.0 ms): hex_dither_block 32% of the
-   kernel time (both sides; shuffling the 64-bit words into 32-bit halves and 4 int32 -> double
-   conversions per 4 pairs), hex_nearest_block 24% (vectorized, with register spills: 16 ymm
-   registers), hex_out 13%, the stream 10%, hex_run (index stores) 9%, hex_in 9%. Every loop is
-   vectorized; what is left of the gap is the vector width (4 doubles, not 8) and the missing
-   64-bit rotate and masked arithmetic -- the arithmetic itself (float64, fixed order) is what
-   makes every path give the same bits. */
+/* perf (issue 13): HexLatticeQuantizer(3) compress + decompress of a (4096, 256) float32 array,
+   kernel CPU time (medians of 150, three interleaved runs; perf record for the shares). Before:
+   AVX2 2.53 + 1.54 = 4.07 ms, AVX-512 1.63 + 1.02 = 2.65 ms. On AVX2 the plain loops compiled to
+   code dominated by lane shuffles (port 5): the dither deinterleaved each 8 words into halves
+   with 10 shuffles, the reconstruction assembled px[k], py[k] from scalar loads with vmovhpd /
+   vinsertf128 (14 shuffles per 8 pairs), hex_in clamped with compare + blend; the nearest-point
+   loop spilled (16 ymm registers) and spent 17 double operations per 4 pairs on exact integers;
+   and every phase ran once per row (4096 calls each, two divisions per nearest-point call). Now,
+   with the same bits on every path: AVX2 2.10 + 1.17 = 3.27 ms (-20%), AVX-512 1.61 + 0.84 =
+   2.45 ms (-7%). What is left on AVX2, of compress + decompress: the nearest point 30%, the
+   dither 25% (both sides), the stream 15%, hex_out 10%, hex_in 8%, row ranges, chunk loop and
+   index stores 8%, index loads 3%. Each loop now runs near the vector throughput of its
+   float64 operations, which are fixed (same operations, same order, no FMA: the same bits on
+   every path); AVX2 executes them 4 wide against AVX-512's 8, without masked selects and
+   without the 64-bit rotate (vprolq) the stream uses on AVX-512. */
 
-/* The whole hexagonal quantizer: per row, blocks of HB pairs, each phase a simple loop. With
-   x == NULL the indices idx are read (decompress; counts[1] = indices outside the codebook);
-   else they are computed (and stored if idx; counts = clipped, non-finite entries). With y the
-   reconstruction is written. xt/yt: T_F32 or T_F64; it: T_U8 or T_U16. */
+/* The whole hexagonal quantizer, in chunks of HB consecutive pairs of the row-major pair array
+   (a chunk may hold several rows, and a row may span chunks), each phase a simple loop: the
+   dither of the chunk; its rows' unit-box coordinates (or the indices read); the nearest points
+   of the whole chunk; the rows' reconstructions. With x == NULL the indices idx are read
+   (decompress; counts[1] = indices outside the codebook); else they are computed (and stored
+   if idx; counts = clipped, non-finite entries). With y the reconstruction is written. xt/yt:
+   T_F32 or T_F64; it: T_U8 or T_U16. */
 static void K(hex_run)(const void *x, int xt, Py_ssize_t B, Py_ssize_t P, int rowmode,
                     rowparam lo, rowparam hi, const hexcode *hc, int dither, uint64_t seed,
                     void *idx, int it, void *y, int yt, int64_t *counts) {
-    const Py_ssize_t npairs = (P + 1) / 2;
+    const Py_ssize_t npairs = (P + 1) / 2, total = B * npairs;
     double X[HB], Y[HB], ux[HB], uy[HB];
     int32_t k[HB];
     stream_t st;
+    K(hexnear) nc;
     K(stream_init)(&st, seed);
+    K(hex_near_consts)(hc, &nc);
     counts[0] = counts[1] = 0;
-    for (Py_ssize_t b = 0; b < B; b++) {
-        double l, h, s, sp, md;
-        if (x != NULL && xt == T_F32)
+    double l = 0.0, h = 0.0, s = 0.0, sp = 0.0, md = 0.0;
+    for (Py_ssize_t b = 0; npairs == 0 && x != NULL && b < B; b++) { /* no pairs: ranges only */
+        if (xt == T_F32)
             ROW_BOUNDS(K(row_range_f32), rowmode, lo, hi, b, (const float *)x + b * P, P, l, h);
-        else if (x != NULL)
-            ROW_BOUNDS(K(row_range_f64), rowmode, lo, hi, b, (const double *)x + b * P, P, l, h);
         else
-            l = ROW(lo, b), h = ROW(hi, b);
-        K(hex_consts)(l, h, &s, &sp, &md);
-        for (Py_ssize_t p0 = 0; p0 < npairs; p0 += HB) {
-            Py_ssize_t n = npairs - p0 < HB ? npairs - p0 : HB;
-            Py_ssize_t half = P / 2 - p0; /* full pairs from p0 on */
-            Py_ssize_t g0 = b * npairs + p0;
-            if (dither) {
-                K(hex_dither_block)(&st, n, hc->a, ux, uy);
-            } else {
-                memset(ux, 0, (size_t)n * sizeof(double));
-                memset(uy, 0, (size_t)n * sizeof(double));
-            }
-            if (x != NULL) {
+            ROW_BOUNDS(K(row_range_f64), rowmode, lo, hi, b, (const double *)x + b * P, P, l, h);
+    }
+    for (Py_ssize_t g0 = 0; g0 < total; g0 += HB) {
+        const Py_ssize_t nchunk = total - g0 < HB ? total - g0 : HB;
+        Py_ssize_t b, p0, n;
+        if (dither) {
+            K(hex_dither_block)(&st, nchunk, hc->a, ux, uy);
+        } else {
+            memset(ux, 0, (size_t)nchunk * sizeof(double));
+            memset(uy, 0, (size_t)nchunk * sizeof(double));
+        }
+        if (x != NULL) {
+            for (Py_ssize_t q = 0; q < nchunk; q += n) {
+                K(hex_segment)(g0, q, nchunk, npairs, &b, &p0, &n);
+                if (p0 == 0 && xt == T_F32) /* a new row: its range (stored in rowmode) */
+                    ROW_BOUNDS(K(row_range_f32), rowmode, lo, hi, b, (const float *)x + b * P, P, l, h);
+                else if (p0 == 0)
+                    ROW_BOUNDS(K(row_range_f64), rowmode, lo, hi, b, (const double *)x + b * P, P, l, h);
+                if (p0 == 0) K(hex_consts)(l, h, &s, &sp, &md);
                 if (xt == T_F32)
-                    K(hex_in_f32)((const float *)x + b * P + 2 * p0, n, half, l, h, s, !rowmode, X, Y,
-                               &counts[0], &counts[1]);
+                    K(hex_in_f32)((const float *)x + b * P + 2 * p0, n, P / 2 - p0, l, h, s,
+                                  !rowmode, X + q, Y + q, &counts[0], &counts[1]);
                 else
-                    K(hex_in_f64)((const double *)x + b * P + 2 * p0, n, half, l, h, s, !rowmode, X, Y,
-                               &counts[0], &counts[1]);
-                K(hex_nearest_block)(X, Y, ux, uy, n, hc, k);
-                if (idx != NULL) {
-                    if (it == T_U8)
-                        for (Py_ssize_t p = 0; p < n; p++) ((uint8_t *)idx)[g0 + p] = (uint8_t)k[p];
-                    else
-                        for (Py_ssize_t p = 0; p < n; p++) ((uint16_t *)idx)[g0 + p] = (uint16_t)k[p];
-                }
-            } else if (it == T_U8) {
-                counts[1] += K(hex_load_u8)((const uint8_t *)idx + g0, n, (int32_t)hc->size, k);
-            } else {
-                counts[1] += K(hex_load_u16)((const uint16_t *)idx + g0, n, (int32_t)hc->size, k);
+                    K(hex_in_f64)((const double *)x + b * P + 2 * p0, n, P / 2 - p0, l, h, s,
+                                  !rowmode, X + q, Y + q, &counts[0], &counts[1]);
             }
-            if (y != NULL) {
-                if (yt == T_F32) K(hex_out_f32)(k, ux, uy, n, half, hc, sp, md, (float *)y + b * P + 2 * p0);
-                else K(hex_out_f64)(k, ux, uy, n, half, hc, sp, md, (double *)y + b * P + 2 * p0);
-            }
+            K(hex_nearest_block)(X, Y, ux, uy, nchunk, &nc, hc->lut, k);
+            if (idx != NULL && it == T_U8)
+                for (Py_ssize_t p = 0; p < nchunk; p++) ((uint8_t *)idx)[g0 + p] = (uint8_t)k[p];
+            else if (idx != NULL)
+                for (Py_ssize_t p = 0; p < nchunk; p++) ((uint16_t *)idx)[g0 + p] = (uint16_t)k[p];
+        } else if (it == T_U8) {
+            counts[1] += K(hex_load_u8)((const uint8_t *)idx + g0, nchunk, (int32_t)hc->size, k);
+        } else {
+            counts[1] += K(hex_load_u16)((const uint16_t *)idx + g0, nchunk, (int32_t)hc->size, k);
+        }
+        for (Py_ssize_t q = 0; y != NULL && q < nchunk; q += n) {
+            K(hex_segment)(g0, q, nchunk, npairs, &b, &p0, &n);
+            if (p0 == 0 || q == 0) /* the row's range: given, or computed above (rowmode) */
+                K(hex_consts)(ROW(lo, b), ROW(hi, b), &s, &sp, &md);
+            if (yt == T_F32)
+                K(hex_out_f32)(k + q, ux + q, uy + q, n, P / 2 - p0, hc, sp, md,
+                               (float *)y + b * P + 2 * p0);
+            else
+                K(hex_out_f64)(k + q, ux + q, uy + q, n, P / 2 - p0, hc, sp, md,
+                               (double *)y + b * P + 2 * p0);
         }
     }
 }

@@ -19,7 +19,11 @@ __all__ = ["HexLatticeQuantizer"]
 
 @lru_cache(maxsize=64)
 def _kernel_codebook(cb: A2BoxCodebook) -> tuple[Any, ...]:
-    """The codebook as the kernels take it: ``(a, lut, rows, width, i0, j0, px, py, size)``."""
+    """The codebook as the kernels take it: ``(a, lut, rows, width, i0, j0, pxy, size)``.
+
+    ``pxy`` holds the codewords' coordinates interleaved, ``(x_0, y_0, x_1, y_1, ...)``: the
+    reconstruction loads codeword ``k`` as one 16-byte pair.
+    """
     lut, (j0, i0), px, py = _tables(cb)
     return (
         cb.a,
@@ -28,8 +32,7 @@ def _kernel_codebook(cb: A2BoxCodebook) -> tuple[Any, ...]:
         int(lut.shape[1]),
         float(i0),
         float(j0),
-        np.ascontiguousarray(px, dtype=np.float64),
-        np.ascontiguousarray(py, dtype=np.float64),
+        np.ascontiguousarray(np.stack([px, py], axis=1), dtype=np.float64).ravel(),
         int(px.size),
     )
 
@@ -38,7 +41,7 @@ def _kernel_codebook(cb: A2BoxCodebook) -> tuple[Any, ...]:
 def _reach(cb: A2BoxCodebook) -> float:
     """``1/2 + a +`` the largest codeword coordinate of the centred unit box."""
     t = _kernel_codebook(cb)
-    return 0.5 + float(t[0]) + max(float(np.max(np.abs(t[6]))), float(np.max(np.abs(t[7]))))
+    return 0.5 + float(t[0]) + float(np.max(np.abs(t[6])))
 
 
 class HexLatticeQuantizer(RangeQuantizer):
