@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _kernels
 from ._backend import to_numpy
 from ._rng import RNGLike, as_generator, draw_seeds
 from ._validate import (
@@ -38,11 +39,12 @@ from ._validate import (
     row_sums,
     squared_deviations,
 )
+from .compressors._common import type_code
 from .encoded import Encoded, NodeMessage
 from .encoded import average as _average
 from .encoded import decode as _decode
 from .rotation import hadamard_rotate
-from .sampling import bernoulli_support, bernoulli_support_varying, k_subset_support
+from .sampling import _bernoulli_support, bernoulli_support_varying, k_subset_support
 
 __all__ = [
     "Encoder",
@@ -226,10 +228,7 @@ class Encoder(ABC):
         nodes = []
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked per node below
             for i, idx in enumerate(supports):
-                x = Xn[i]
-                vals = self._values(x[idx].astype(wd, copy=False), idx, i, x, centres[i])
-                vals = np.asarray(vals).astype(Xn.dtype, copy=False)
-                _check_representable(vals, Xn.dtype)
+                vals = self._sent_values(Xn[i], idx, i, centres[i], wd)
                 nodes.append(
                     NodeMessage(idx, vals, float(centres[i]), seeds[i], self._node_rate(i, n, d))
                 )
@@ -242,6 +241,15 @@ class Encoder(ABC):
             kind=kind,
             **extra,
         )
+
+    def _sent_values(
+        self, x: np.ndarray, idx: np.ndarray, i: int, centre: float, wd: np.dtype
+    ) -> np.ndarray:
+        """:meth:`_values` on node ``i``'s support, in ``x``'s dtype; refuse an overflow."""
+        vals = self._values(x[idx].astype(wd, copy=False), idx, i, x, centre)
+        vals = np.asarray(vals).astype(x.dtype, copy=False)
+        _check_representable(vals, x.dtype)
+        return vals
 
     def encode_with_supports(self, X: Any, supports: list[Any]) -> Encoded:
         r"""Encode with the given supports :math:`D_i` instead of random ones.
@@ -381,8 +389,19 @@ class IndependentEncoder(Encoder):
     def _support(self, seed: int, i: int, x: np.ndarray, centre: float) -> np.ndarray:
         r = self._row_p(i)
         if isinstance(r, float):
-            return bernoulli_support(seed, r, x.shape[0])
+            return _bernoulli_support(seed, r, x.shape[0])
         return bernoulli_support_varying(seed, r)
+
+    def _sent_values(self, x, idx, i, centre, wd):
+        # One p per node, float32/64 data: gather and compute (x - c) / p + c (float32 or float64
+        # operations, as in _values) in one compiled pass, counting non-finite results.
+        r = self._row_p(i)
+        if not isinstance(r, float) or r == 1.0 or x.dtype != wd:
+            return super()._sent_values(x, idx, i, centre, wd)
+        out = np.empty(idx.size, dtype=x.dtype)
+        if _kernels.sparse_values(x, type_code(x), x.size, idx, idx.size, centre, r, out):
+            _check_representable(out, x.dtype)
+        return out
 
     def _values(self, x_sel, idx, i, x, centre):
         r = self._row_p(i)
