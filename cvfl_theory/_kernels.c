@@ -838,13 +838,22 @@ static PyObject *py_geometric_positions(PyObject *self, PyObject *args) {
     return Py_BuildValue("nd", k, (double)pos);
 }
 
-/* sparse_values(x, xt, d, idx, k, centre, p, out) -> entries that are not finite.
+/* sparse_values(x, xt, d, idx, k, centre, p, out, check) -> entries that are not finite, or -1.
    out[q] = ((x[idx[q]] - c) / p) + c in x's precision (float32 or float64), the subtraction and
-   the addition skipped when c == 0; idx must lie in [0, d). */
+   the addition skipped when c == 0; idx must lie in [0, d). With check, x is first scanned for
+   NaN/inf (-1, nothing written: the caller names the entry); the row is then in cache for the
+   gather, so the data are read from memory once. */
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(ptr) __builtin_prefetch(ptr)
+#else
+#define PREFETCH(ptr) ((void)0)
+#endif
+#define SV_AHEAD 64 /* indices ahead: the gather runs at the speed of a streaming read */
 #define DEFINE_SPARSE_VALUES(NAME, T)                                                           \
     static Py_ssize_t NAME(const T *x, const int64_t *idx, Py_ssize_t k, T c, T p, T *out) {    \
         Py_ssize_t bad = 0;                                                                     \
         for (Py_ssize_t q = 0; q < k; q++) {                                                    \
+            if (q + SV_AHEAD < k) PREFETCH(x + idx[q + SV_AHEAD]);                              \
             T v = x[idx[q]];                                                                    \
             if (c != 0) v = v - c;                                                              \
             v = v / p;                                                                          \
@@ -856,6 +865,23 @@ static PyObject *py_geometric_positions(PyObject *self, PyObject *args) {
     }
 DEFINE_SPARSE_VALUES(sparse_values_f32, float)
 DEFINE_SPARSE_VALUES(sparse_values_f64, double)
+
+/* Whether x[0 .. d) holds a NaN or an inf: the largest |x| bit pattern reaches the exponent's
+   all-ones (an integer max-reduction, which vectorizes). */
+#define DEFINE_ANY_NONFINITE(NAME, T, U, ABS, EXP)                                              \
+    static int NAME(const T *x, Py_ssize_t d) {                                                 \
+        U top = 0;                                                                              \
+        for (Py_ssize_t j = 0; j < d; j++) {                                                    \
+            U u;                                                                                \
+            memcpy(&u, x + j, sizeof(U));                                                       \
+            u &= ABS;                                                                           \
+            top = u > top ? u : top;                                                            \
+        }                                                                                       \
+        return top >= EXP;                                                                      \
+    }
+DEFINE_ANY_NONFINITE(any_nonfinite_f32, float, uint32_t, 0x7FFFFFFFu, 0x7F800000u)
+DEFINE_ANY_NONFINITE(any_nonfinite_f64, double, uint64_t, 0x7FFFFFFFFFFFFFFFULL,
+                     0x7FF0000000000000ULL)
 
 static int indices_in_range(const int64_t *idx, Py_ssize_t k, Py_ssize_t d, int increasing) {
     for (Py_ssize_t q = 0; q < k; q++) {
@@ -870,7 +896,9 @@ static PyObject *py_sparse_values(PyObject *self, PyObject *args) {
     int xt;
     Py_ssize_t d, k;
     double c, p;
-    if (!PyArg_ParseTuple(args, "OinOnddO", &xo, &xt, &d, &io, &k, &c, &p, &oo)) return NULL;
+    int check;
+    if (!PyArg_ParseTuple(args, "OinOnddOp", &xo, &xt, &d, &io, &k, &c, &p, &oo, &check))
+        return NULL;
     if ((xt != T_F32 && xt != T_F64) || d < 0 || k < 0) {
         PyErr_SetString(PyExc_ValueError, "sparse_values: bad type code or size");
         return NULL;
@@ -887,7 +915,9 @@ static PyObject *py_sparse_values(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-    if (xt == T_F32)
+    if (check && (xt == T_F32 ? any_nonfinite_f32(xv.buf, d) : any_nonfinite_f64(xv.buf, d)))
+        bad = -1;
+    else if (xt == T_F32)
         bad = sparse_values_f32(xv.buf, iv.buf, k, (float)c, (float)p, ov.buf);
     else
         bad = sparse_values_f64(xv.buf, iv.buf, k, c, p, ov.buf);
@@ -993,7 +1023,7 @@ static PyMethodDef methods[] = {
     {"geometric_positions", py_geometric_positions, METH_VARARGS,
      "geometric_positions(e, n, scale, d, start) -> (count, last)"},
     {"sparse_values", py_sparse_values, METH_VARARGS,
-     "sparse_values(x, xt, d, idx, k, centre, p, out) -> entries that are not finite"},
+     "sparse_values(x, xt, d, idx, k, centre, p, out, check) -> entries not finite, or -1"},
     {"scatter_add", py_scatter_add, METH_VARARGS,
      "scatter_add(acc, d, idx, k, vals, vt, centre, scale) -> whether it added"},
     {"path", py_path, METH_NOARGS,

@@ -81,7 +81,7 @@ def geometric_positions(
     e: _Buf, n: int, scale: float, d: float, start: float
 ) -> tuple[int, float]: ...
 def sparse_values(
-    x: _Buf, xt: int, d: int, idx: _Buf, k: int, centre: float, p: float, out: _Buf
+    x: _Buf, xt: int, d: int, idx: _Buf, k: int, centre: float, p: float, out: _Buf, check: bool
 ) -> int: ...
 def scatter_add(
     acc: _Buf, d: int, idx: _Buf, k: int, vals: _Buf, vt: int, centre: float, scale: float

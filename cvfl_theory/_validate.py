@@ -27,6 +27,7 @@ from ._backend import ArrayKind, to_numpy
 __all__ = [
     "FLOAT_BITS",
     "as_float_array",
+    "as_matrix",
     "as_real_float",
     "check_bool",
     "check_choice",
@@ -219,14 +220,24 @@ def check_matrix_row_sums(a: np.ndarray, name: str = "X") -> np.ndarray:
     return sums
 
 
-def check_matrix_and_row_sums(X: Any, name: str = "X") -> tuple[np.ndarray, ArrayKind, np.ndarray]:
-    """:func:`check_matrix` plus the row sums it computed on the way (see :func:`row_sums`)."""
+def as_matrix(X: Any, name: str = "X") -> tuple[np.ndarray, ArrayKind]:
+    """:func:`check_matrix` without the NaN/inf check: type and shape only, no pass over ``X``.
+
+    For a caller that checks the values on its own single pass (and raises with
+    :func:`raise_not_finite`, the same error).
+    """
     a, kind = to_numpy(X, name)
     a = as_real_float(a, name, "float16/32/64 or integers")
     if a.ndim != 2:
         raise ValueError(f"{name} must be 2-D with shape (n, d), got ndim={a.ndim} {a.shape}")
     if a.shape[0] < 1 or a.shape[1] < 1:
         raise ValueError(f"{name} must have n >= 1 rows and d >= 1 columns, got shape {a.shape}")
+    return a, kind
+
+
+def check_matrix_and_row_sums(X: Any, name: str = "X") -> tuple[np.ndarray, ArrayKind, np.ndarray]:
+    """:func:`check_matrix` plus the row sums it computed on the way (see :func:`row_sums`)."""
+    a, kind = as_matrix(X, name)
     return a, kind, check_matrix_row_sums(a, name)
 
 

@@ -30,9 +30,11 @@ from ._backend import to_numpy
 from ._rng import RNGLike, as_generator, draw_seeds
 from ._validate import (
     as_float_array,
+    as_matrix,
     check_int_in_range,
     check_matrix,
     check_matrix_and_row_sums,
+    check_matrix_row_sums,
     check_probabilities,
     raise_mse_overflow,
     raise_not_finite,
@@ -201,17 +203,33 @@ class Encoder(ABC):
         -------
         Encoded
         """
-        Xn, kind, sums = check_matrix_and_row_sums(X)  # validates and feeds mu="mean"
+        Xn, kind = as_matrix(X)
         self._check_shape(*Xn.shape)
+        if self._rows_checked_in_pass(Xn):  # each row is checked for NaN/inf as it is read
+            return self._encode_array(Xn, kind, rng, check_rows=True)
+        sums = check_matrix_row_sums(Xn)  # validates and feeds mu="mean"
         return self._encode_array(Xn, kind, rng, row_sums=sums)
 
+    def _rows_checked_in_pass(self, Xn: np.ndarray) -> bool:
+        """Whether encoding checks each row of ``Xn`` for NaN/inf as it reads it.
+
+        Then the separate pass over ``X`` is skipped; only for centres that do not read ``X``.
+        """
+        return False
+
     def _encode_array(
-        self, Xn: np.ndarray, kind: Any, rng: RNGLike, row_sums: Any = None, **extra: Any
+        self,
+        Xn: np.ndarray,
+        kind: Any,
+        rng: RNGLike,
+        row_sums: Any = None,
+        check_rows: bool = False,
+        **extra: Any,
     ) -> Encoded:
         seeds = [int(s) for s in draw_seeds(as_generator(rng), Xn.shape[0], self.seed_bits)]
-        centres = self.centres(Xn, row_sums)
+        centres = self._centres(Xn, row_sums)
         supports = [self._support(s, i, Xn[i], centres[i]) for i, s in enumerate(seeds)]
-        return self._encode_given(Xn, kind, supports, seeds, centres, **extra)
+        return self._encode_given(Xn, kind, supports, seeds, centres, check_rows, **extra)
 
     def _encode_given(
         self,
@@ -220,15 +238,20 @@ class Encoder(ABC):
         supports: list[np.ndarray],
         seeds: list[int],
         centres: np.ndarray,
+        check_rows: bool = False,
         **extra: Any,
     ) -> Encoded:
-        """The message for given supports (the deterministic part of encoding)."""
+        """The message for given supports (the deterministic part of encoding).
+
+        ``check_rows``: ``Xn`` has not been checked for NaN/inf yet (see
+        :meth:`_rows_checked_in_pass`); :meth:`_sent_values` checks each row.
+        """
         n, d = Xn.shape
         wd = _working_dtype(Xn.dtype)
         nodes = []
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked per node below
             for i, idx in enumerate(supports):
-                vals = self._sent_values(Xn[i], idx, i, centres[i], wd)
+                vals = self._sent_values(Xn, i, idx, centres[i], wd, check_rows)
                 nodes.append(
                     NodeMessage(idx, vals, float(centres[i]), seeds[i], self._node_rate(i, n, d))
                 )
@@ -243,9 +266,15 @@ class Encoder(ABC):
         )
 
     def _sent_values(
-        self, x: np.ndarray, idx: np.ndarray, i: int, centre: float, wd: np.dtype
+        self, Xn: np.ndarray, i: int, idx: np.ndarray, centre: float, wd: np.dtype, check: bool
     ) -> np.ndarray:
-        """:meth:`_values` on node ``i``'s support, in ``x``'s dtype; refuse an overflow."""
+        """:meth:`_values` on node ``i``'s support, in ``Xn``'s dtype; refuse an overflow.
+
+        With ``check``, a NaN/inf anywhere in row ``i`` is refused too (:func:`raise_not_finite`).
+        """
+        x = Xn[i]
+        if check and not np.isfinite(x).all():
+            raise_not_finite(Xn, "X")
         vals = self._values(x[idx].astype(wd, copy=False), idx, i, x, centre)
         vals = np.asarray(vals).astype(x.dtype, copy=False)
         _check_representable(vals, x.dtype)
@@ -392,14 +421,27 @@ class IndependentEncoder(Encoder):
             return _bernoulli_support(seed, r, x.shape[0])
         return bernoulli_support_varying(seed, r)
 
-    def _sent_values(self, x, idx, i, centre, wd):
+    def _rows_checked_in_pass(self, Xn):
+        return (
+            self.p.ndim == 0
+            and float(self.p) < 1.0
+            and Xn.dtype == _working_dtype(Xn.dtype)
+            and not (isinstance(self.mu, str) and self.mu != "zero")
+        )
+
+    def _sent_values(self, Xn, i, idx, centre, wd, check):
         # One p per node, float32/64 data: gather and compute (x - c) / p + c (float32 or float64
-        # operations, as in _values) in one compiled pass, counting non-finite results.
+        # operations, as in _values) in one compiled pass, counting non-finite results; with
+        # check, the same call first scans the row for NaN/inf (-1), so X is read once.
         r = self._row_p(i)
-        if not isinstance(r, float) or r == 1.0 or x.dtype != wd:
-            return super()._sent_values(x, idx, i, centre, wd)
+        if not isinstance(r, float) or r == 1.0 or Xn.dtype != wd:
+            return super()._sent_values(Xn, i, idx, centre, wd, check)
+        x = Xn[i]
         out = np.empty(idx.size, dtype=x.dtype)
-        if _kernels.sparse_values(x, type_code(x), x.size, idx, idx.size, centre, r, out):
+        bad = _kernels.sparse_values(x, type_code(x), x.size, idx, idx.size, centre, r, out, check)
+        if bad < 0:
+            raise_not_finite(Xn, "X")
+        if bad:
             _check_representable(out, x.dtype)
         return out
 

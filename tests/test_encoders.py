@@ -294,3 +294,16 @@ def test_bernoulli_support_over_several_chunks_reproduces_the_numpy_definition()
     assert len(short) >= 3
     for seed in short:
         np.testing.assert_array_equal(bernoulli_support(seed, p, d), _numpy_positions(seed, p, d))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mu", ["zero", 0.5, "mean", "min"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_x_is_refused_naming_the_first_entry(dtype, mu, bad):
+    # mu="zero" or a given mu: each row is checked in the compiled pass that reads it, with the
+    # same error as the separate check of the other centres
+    X = np.ones((5, 300), dtype=dtype)
+    X[3, 57] = bad
+    X[4, 2] = np.nan
+    with pytest.raises(ValueError, match=r"X must be finite; found .* at index \(3, 57\)"):
+        IndependentEncoder(p=0.2, mu=mu).encode(X, rng=0)
