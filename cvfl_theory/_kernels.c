@@ -866,22 +866,26 @@ static PyObject *py_geometric_positions(PyObject *self, PyObject *args) {
 DEFINE_SPARSE_VALUES(sparse_values_f32, float)
 DEFINE_SPARSE_VALUES(sparse_values_f64, double)
 
-/* Whether x[0 .. d) holds a NaN or an inf: the largest |x| bit pattern reaches the exponent's
-   all-ones (an integer max-reduction, which vectorizes). */
-#define DEFINE_ANY_NONFINITE(NAME, T, U, ABS, EXP)                                              \
+/* Whether x[0 .. d) holds a NaN or an inf (all exponent bits set), in blocks of 64 entries
+   OR-reduced without branches (vectorizes on the baseline SSE2 too). */
+#define DEFINE_ANY_NONFINITE(NAME, T, U, EXP)                                                   \
     static int NAME(const T *x, Py_ssize_t d) {                                                 \
-        U top = 0;                                                                              \
-        for (Py_ssize_t j = 0; j < d; j++) {                                                    \
+        Py_ssize_t j = 0;                                                                       \
+        for (; j + 64 <= d; j += 64) {                                                          \
+            U u[64], any = 0;                                                                   \
+            memcpy(u, x + j, sizeof(u));                                                        \
+            for (int q = 0; q < 64; q++) any |= (U)0 - (U)((u[q] & EXP) == EXP);                \
+            if (any) return 1;                                                                  \
+        }                                                                                       \
+        for (; j < d; j++) {                                                                    \
             U u;                                                                                \
             memcpy(&u, x + j, sizeof(U));                                                       \
-            u &= ABS;                                                                           \
-            top = u > top ? u : top;                                                            \
+            if ((u & EXP) == EXP) return 1;                                                     \
         }                                                                                       \
-        return top >= EXP;                                                                      \
+        return 0;                                                                               \
     }
-DEFINE_ANY_NONFINITE(any_nonfinite_f32, float, uint32_t, 0x7FFFFFFFu, 0x7F800000u)
-DEFINE_ANY_NONFINITE(any_nonfinite_f64, double, uint64_t, 0x7FFFFFFFFFFFFFFFULL,
-                     0x7FF0000000000000ULL)
+DEFINE_ANY_NONFINITE(any_nonfinite_f32, float, uint32_t, 0x7F800000u)
+DEFINE_ANY_NONFINITE(any_nonfinite_f64, double, uint64_t, 0x7FF0000000000000ULL)
 
 static int indices_in_range(const int64_t *idx, Py_ssize_t k, Py_ssize_t d, int increasing) {
     for (Py_ssize_t q = 0; q < k; q++) {
