@@ -199,8 +199,11 @@ def row_sums(a: np.ndarray) -> np.ndarray:
 
     For float32/float64 a BLAS matrix-vector product with a vector of ones (memory-bound, several
     times faster than ``np.add.reduce`` here), else ``np.add.reduce`` in float32. ``a`` must be
-    C-contiguous (as :func:`check_matrix` returns it): the order of the additions then depends
-    only on the values, not on how the caller laid them out. Overflow gives ``inf`` silently.
+    C-contiguous (as :func:`check_matrix` returns it): the order of the additions then does not
+    depend on how the caller laid the values out. It is OpenBLAS's order, though, which depends
+    on its kernel and on its thread count: measured for a float32 (100, 100000) array, 1 and 2
+    OpenBLAS threads give different sums (hence, through ``mu="mean"``, other centres and other
+    message bytes). Overflow gives ``inf`` silently.
     """
     with np.errstate(over="ignore", invalid="ignore"):
         if a.dtype in (np.float32, np.float64):

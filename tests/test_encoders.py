@@ -307,3 +307,26 @@ def test_non_finite_x_is_refused_naming_the_first_entry(dtype, mu, bad):
     X[4, 2] = np.nan
     with pytest.raises(ValueError, match=r"X must be finite; found .* at index \(3, 57\)"):
         IndependentEncoder(p=0.2, mu=mu).encode(X, rng=0)
+
+
+def test_sparse_kernels_refuse_wrong_buffers():
+    # private entry points, but a wrong buffer must raise, never read or write out of bounds
+    from cvfl_theory import _kernels
+
+    x = np.ones(10, np.float32)
+    out = np.empty(2, np.float32)
+    with pytest.raises(ValueError, match="not in"):
+        _kernels.sparse_values(x, 1, 10, np.array([3, 10]), 2, 0.0, 0.5, out, False)
+    with pytest.raises(ValueError, match="int64"):
+        _kernels.sparse_values(x, 1, 10, np.array([3, 4], np.int32), 2, 0.0, 0.5, out, False)
+    with pytest.raises(ValueError, match="bytes"):
+        _kernels.sparse_values(x, 1, 11, np.array([3, 4]), 2, 0.0, 0.5, out, False)
+    with pytest.raises(ValueError, match="start"):
+        _kernels.geometric_positions(np.ones(4), 4, 1.0, 10.0, 0.5)
+    with pytest.raises(ValueError, match="format"):
+        _kernels.geometric_positions(np.ones(4, np.float32), 4, 1.0, 10.0, -1.0)
+    acc = np.zeros(5)
+    # not strictly increasing, or out of range: refused (False) and acc untouched
+    for idx in (np.array([1, 1]), np.array([2, 5])):
+        assert not _kernels.scatter_add(acc, 5, idx, 2, out, 1, 0.0, 1.0)
+        assert not acc.any()
