@@ -46,7 +46,7 @@ from .encoded import Encoded, NodeMessage
 from .encoded import average as _average
 from .encoded import decode as _decode
 from .rotation import hadamard_rotate
-from .sampling import _bernoulli_support, bernoulli_support_varying, k_subset_support
+from .sampling import bernoulli_support, bernoulli_support_varying, k_subset_support
 
 __all__ = [
     "Encoder",
@@ -418,7 +418,7 @@ class IndependentEncoder(Encoder):
     def _support(self, seed: int, i: int, x: np.ndarray, centre: float) -> np.ndarray:
         r = self._row_p(i)
         if isinstance(r, float):
-            return _bernoulli_support(seed, r, x.shape[0])
+            return bernoulli_support(seed, r, x.shape[0])
         return bernoulli_support_varying(seed, r)
 
     def _rows_checked_in_pass(self, Xn):
@@ -432,9 +432,11 @@ class IndependentEncoder(Encoder):
     def _sent_values(self, Xn, i, idx, centre, wd, check):
         # One p per node, float32/64 data: gather and compute (x - c) / p + c (float32 or float64
         # operations, as in _values) in one compiled pass, counting non-finite results; with
-        # check, the same call first scans the row for NaN/inf (-1), so X is read once.
+        # check, the same call first scans the row for NaN/inf (-1), so X is read once. A
+        # subclass that redefines _values gets it called (the numpy path).
         r = self._row_p(i)
-        if not isinstance(r, float) or r == 1.0 or Xn.dtype != wd:
+        custom = type(self)._values is not IndependentEncoder._values
+        if not isinstance(r, float) or r == 1.0 or Xn.dtype != wd or custom:
             return super()._sent_values(Xn, i, idx, centre, wd, check)
         x = Xn[i]
         out = np.empty(idx.size, dtype=x.dtype)

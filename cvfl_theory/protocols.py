@@ -58,7 +58,7 @@ from .bitpack import BitReader, BitWriter, float_dtype
 from .encoded import SEEDED_SCHEMES, Encoded, NodeMessage, decode
 from .encoders import BinaryQuantizationEncoder, Encoder, _check_encoded
 from .rotation import padded_dimension
-from .sampling import _bernoulli_support, k_subset_support
+from .sampling import bernoulli_support, k_subset_support
 
 __all__ = [
     "Protocol",
@@ -557,7 +557,7 @@ class SeededSparseProtocol(Protocol):
         centre = self._read_centre(rd, centre_sent)
         seed = int(rd.read_uint(1, self.r_seed)[0])
         if scheme == "bernoulli":
-            idx = _bernoulli_support(seed, rate, d)
+            idx = bernoulli_support(seed, rate, d)
         else:
             idx = k_subset_support(seed, int(rate), d)
         if idx.size != count:

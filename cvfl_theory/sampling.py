@@ -68,11 +68,6 @@ def bernoulli_support(seed: int, p: float, d: int) -> np.ndarray:
     """
     p = check_real(p, "p", 0.0, 1.0, low_open=True)
     d = check_int_in_range(d, "d", 1, 2**53)
-    return _bernoulli_support(seed, p, d)
-
-
-def _bernoulli_support(seed: int, p: float, d: int) -> np.ndarray:
-    """:func:`bernoulli_support` for arguments already checked (internal callers, per node)."""
     if p >= 1.0:
         return np.arange(d, dtype=np.int64)
     gen = node_generator(seed)
