@@ -237,6 +237,8 @@ typedef struct {
     void (*dither_words)(uint64_t, Py_ssize_t, Py_ssize_t, uint32_t *);
     void (*hex_dither)(uint64_t, Py_ssize_t, Py_ssize_t, double, double *, double *);
     void (*a2_nearest)(const double *, const double *, Py_ssize_t, double *, double *);
+    void (*row_sums_f32)(const float *, Py_ssize_t, Py_ssize_t, double *);
+    void (*row_sums_f64)(const double *, Py_ssize_t, Py_ssize_t, double *);
 } kernels_t;
 
 #define CVFL_BODY
@@ -981,6 +983,45 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------- */
+/* fixed-order row sums (THEORY K1: the centre mu = "mean"; cvfl_theory._validate.row_sums)    */
+/* The definition (the same bits on every path, compiler and machine; tests/test_encoders.py    */
+/* checks it against a numpy transcription): for a row x_0 .. x_{d-1} (float32 or float64),     */
+/*   lanes   a_l = (((+0 + x_l) + x_{l+16}) + x_{l+32}) + ...,  l = 0 .. 15, in float64 (each    */
+/*           x_j widened exactly; a lane with no entry stays +0), i.e. entry j goes to lane      */
+/*           j mod 16, the entries of a lane added in increasing j;                              */
+/*   combine a_l = a_l + a_{l+h} for l < h, h = 8, 4, 2, 1 (a halving tree); the sum is a_0.    */
+/* Each lane is its own chain of correctly rounded additions, so vectorising over the lanes    */
+/* needs no reassociation (see RS_LANES below). A NaN or inf entry gives a non-finite sum; a    */
+/* float64 row may also overflow to +-inf (a float32 row cannot: its entries are < 2^128).     */
+
+/* row_sums(x, xt, n, d, out): out[i] = the sum of row i of the C-contiguous (n, d) array x
+   (float32 or float64, type code xt) into the float64 buffer out of n items. */
+static PyObject *py_row_sums(PyObject *self, PyObject *args) {
+    PyObject *xo, *oo;
+    int xt;
+    Py_ssize_t n, d;
+    if (!PyArg_ParseTuple(args, "OinnO", &xo, &xt, &n, &d, &oo)) return NULL;
+    if ((xt != T_F32 && xt != T_F64) || n < 0 || d < 0 || (d > 0 && n > PY_SSIZE_T_MAX / 8 / d)) {
+        PyErr_SetString(PyExc_ValueError, "row_sums: bad type code or size");
+        return NULL;
+    }
+    Py_buffer xv, ov;
+    xv.obj = ov.obj = NULL;
+    PyObject *ret = NULL;
+    if (get_buffer(xo, &xv, 0, xt, n * d, "x", 0) < 0) goto done;
+    if (get_buffer(oo, &ov, 1, T_F64, n, "out", 0) < 0) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    if (xt == T_F32) KT->row_sums_f32((const float *)xv.buf, n, d, (double *)ov.buf);
+    else KT->row_sums_f64((const double *)xv.buf, n, d, (double *)ov.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release(&xv); release(&ov);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------------------------- */
 
 #define MODULE_DOC                                                                              \
     "The compiled kernels of the compressors (source: ``cvfl_theory/_kernels.c``).\n\n"          \
@@ -1030,6 +1071,10 @@ static PyMethodDef methods[] = {
      "sparse_values(x, xt, d, idx, k, centre, p, out, check) -> entries not finite, or -1"},
     {"scatter_add", py_scatter_add, METH_VARARGS,
      "scatter_add(acc, d, idx, k, vals, vt, centre, scale) -> whether it added"},
+    {"row_sums", py_row_sums, METH_VARARGS,
+     "row_sums(x, xt, n, d, out): the row sums of x (n, d) into out (n float64 values), in the "
+     "fixed order of the source's definition (16 float64 lanes, entry j in lane j mod 16, the "
+     "lanes combined by halving)."},
     {"path", py_path, METH_NOARGS,
      "path() -> the kernel path in use: 'avx512', 'avx2' or 'portable' (chosen at import: the "
      "widest one the CPU supports, or the environment variable CVFL_KERNEL_PATH)."},
@@ -1807,6 +1852,31 @@ static void K(a2_nearest_run)(const double *X, const double *Y, Py_ssize_t n, do
     for (Py_ssize_t q = 0; q < n; q++) K(a2_nearest_scaled)(X[q], Y[q], &I[q], &J[q]);
 }
 
+/* Fixed-order row sums (the definition is above py_row_sums). RS_LANES accumulators: two
+   AVX-512, four AVX2 or eight SSE2 vectors of independent chains, so the loop runs at memory
+   speed on every path without reassociating anything. */
+#define RS_LANES 16
+#define DEFINE_ROW_SUMS(NAME, T)                                                                \
+    static void NAME(const T *x, Py_ssize_t n, Py_ssize_t d, double *out) {                    \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                   \
+            const T *r = x + i * d;                                                            \
+            double a[RS_LANES];                                                                \
+            for (int l = 0; l < RS_LANES; l++) a[l] = 0.0;                                     \
+            Py_ssize_t j = 0;                                                                  \
+            for (; j + RS_LANES <= d; j += RS_LANES)                                           \
+                for (int l = 0; l < RS_LANES; l++) a[l] = a[l] + (double)r[j + l];             \
+            for (int l = 0; j + l < d; l++) a[l] = a[l] + (double)r[j + l];                    \
+            for (int h = RS_LANES / 2; h >= 1; h /= 2)                                         \
+                for (int l = 0; l < h; l++) a[l] = a[l] + a[l + h];                            \
+            out[i] = a[0];                                                                     \
+        }                                                                                      \
+    }
+
+DEFINE_ROW_SUMS(K(row_sums_f32), float)
+DEFINE_ROW_SUMS(K(row_sums_f64), double)
+#undef RS_LANES
+#undef DEFINE_ROW_SUMS
+
 static const kernels_t K(table) = {
     .row_ranges_f32 = K(row_ranges_f32), .row_ranges_f64 = K(row_ranges_f64),
     .sq_f32_u8_f32 = K(sq_f32_u8_f32), .sq_f32_u8_f64 = K(sq_f32_u8_f64),
@@ -1819,6 +1889,7 @@ static const kernels_t K(table) = {
     .scatter_f32 = K(scatter_f32), .scatter_f64 = K(scatter_f64),
     .dither_words = K(dither_words_run), .hex_dither = K(hex_dither_run),
     .a2_nearest = K(a2_nearest_run),
+    .row_sums_f32 = K(row_sums_f32), .row_sums_f64 = K(row_sums_f64),
 };
 
 #endif /* CVFL_BODY */

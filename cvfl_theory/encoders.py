@@ -154,6 +154,15 @@ class Encoder(ABC):
     def centres(self, X: Any, row_sums: np.ndarray | None = None) -> np.ndarray:
         r"""The centres :math:`\mu_i` for ``X`` as float64, rounded to ``X``'s precision (K1).
 
+        ``mu="mean"`` is the node mean :math:`\mu_i = \frac1d \sum_j X_i(j)` (THEORY K1, K2;
+        it minimises K1.2 for a uniform ``p``) computed as :math:`\mathrm{fl}(s_i / d)` rounded to
+        ``X``'s dtype, where :math:`s_i` is the float64 row sum in the fixed order of
+        :func:`~cvfl_theory._validate.row_sums` (16 lanes, entry :math:`j` in lane
+        :math:`j \bmod 16`, the lanes combined by halving): the same bits on every machine,
+        kernel path and thread count, so the message of a given ``rng`` is too. If a float64
+        :math:`s_i` overflows, :math:`\mu_i` is the same-order sum of the values
+        :math:`\mathrm{fl}(X_i(j) / d)`. ``mu="min"`` is the row minimum.
+
         ``X`` is validated (and made C-contiguous) here, which computes its row sums on the way;
         a caller that has validated ``X`` already passes the sums as ``row_sums``.
         """
@@ -170,8 +179,8 @@ class Encoder(ABC):
             elif self.mu == "min":
                 c = X.min(axis=1)
             else:
-                # One summation for encode, mse and the optimiser alike, in an order fixed by
-                # the values (X is C-contiguous), so the same data give the same centres.
+                # One summation for encode, mse and the optimiser alike, in the fixed order of
+                # row_sums (float64), so the same data give the same centres on every machine.
                 if row_sums is None:
                     row_sums = _row_sums(X)
                 if np.isfinite(row_sums).all():
@@ -371,8 +380,9 @@ class IndependentEncoder(Encoder):
         scalar or per-node ``p`` the support is drawn by geometric gaps in :math:`O(p d)` and can be
         regenerated from the seed (the seeded sparse protocol applies).
     mu : {"mean", "zero", "min"}, float or array of shape (n,)
-        Centres :math:`\mu_i`. ``"mean"`` minimises K1.2 for uniform ``p``; ``"zero"`` is
-        data-independent (:math:`\bar r = 0`).
+        Centres :math:`\mu_i`. ``"mean"`` (the node mean, summed in float64 in the fixed order
+        of :meth:`Encoder.centres`: the same bits on every machine) minimises K1.2 for uniform
+        ``p``; ``"zero"`` is data-independent (:math:`\bar r = 0`).
 
     Examples
     --------
@@ -478,7 +488,7 @@ class FixedSizeEncoder(Encoder):
     k : int or array of shape (n,)
         Support sizes, each in ``[1, d]``.
     mu : {"mean", "zero", "min"}, float or array of shape (n,)
-        Centres.
+        Centres (``"mean"``: the node mean in the fixed order of :meth:`Encoder.centres`).
 
     Examples
     --------

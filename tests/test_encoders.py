@@ -1,7 +1,12 @@
 """Encoders (K1, K2, K5): unbiasedness and MSE by exact enumeration and by Monte Carlo with
 SE-derived tolerances, support laws, determinism, dtypes and numpy/torch parity."""
 
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +18,9 @@ from cvfl_theory import (
     FixedSizeEncoder,
     IndependentEncoder,
     RotatedBinaryEncoder,
+    _kernels,
 )
+from cvfl_theory._validate import row_sums
 from cvfl_theory.sampling import bernoulli_support, k_subset_support
 from cvfl_theory.testing.exact import exact_moments
 from cvfl_theory.testing.strategies import encoder_problems
@@ -330,3 +337,160 @@ def test_sparse_kernels_refuse_wrong_buffers():
     for idx in (np.array([1, 1]), np.array([2, 5])):
         assert not _kernels.scatter_add(acc, 5, idx, 2, out, 1, 0.0, 1.0)
         assert not acc.any()
+
+
+# ---- the fixed-order row sums behind mu="mean" (the same bits on every machine) ----
+
+
+def _fixed_order_row_sums(X):
+    """The order documented in ``_validate.row_sums``, written out: entry j in float64 lane
+    j mod 16 (lanes from +0, entries of a lane in increasing j), then the lanes halved
+    (a_l + a_{l+h} for l < h, h = 8, 4, 2, 1). Padding with +0 changes no lane: a lane that starts
+    at +0 is never -0. The blocks are added one after another in an explicit loop (numpy's own
+    reductions may be pairwise)."""
+    n, d = X.shape
+    m = -(-d // 16)
+    padded = np.zeros((n, 16 * m))
+    padded[:, :d] = X  # exact widening
+    blocks = padded.reshape(n, m, 16)
+    lanes = np.zeros((n, 16))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for k in range(m):
+            lanes = lanes + blocks[:, k]
+        for h in (8, 4, 2, 1):
+            lanes = lanes[:, :h] + lanes[:, h : 2 * h]
+    return lanes[:, 0]
+
+
+def _assert_same_bits(got, want):
+    assert got.dtype == np.float64 and got.shape == want.shape
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[~np.isnan(want)], want[~np.isnan(want)])
+    assert got[finite].tobytes() == want[finite].tobytes()  # also the sign of a zero
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("d", [1, 3, 15, 16, 17, 31, 33, 100, 1000, 2049])
+def test_row_sums_follow_the_documented_order(dtype, d):
+    g = np.random.default_rng(d)
+    span = 4 if dtype == np.float16 else 12  # a wide range of magnitudes: the order matters
+    X = (g.standard_normal((5, d)) * 10.0 ** g.integers(-span, span, (5, d))).astype(dtype)
+    X[4] = -0.0  # a row of negative zeros sums to +0 (the lanes start at +0)
+    got = row_sums(X)
+    _assert_same_bits(got, _fixed_order_row_sums(X))
+    assert np.signbit(got[4]) == np.False_
+    # any layout or byte order: the same sums
+    _assert_same_bits(row_sums(np.asfortranarray(X)), got)
+    _assert_same_bits(row_sums(X.astype(X.dtype.newbyteorder(">")).view()), got)
+
+
+def test_row_sums_order_is_the_one_tested():
+    # the data above tell orders apart: a plain left-to-right sum gives other bits
+    g = np.random.default_rng(1000)
+    X = g.standard_normal((5, 1000)) * 10.0 ** g.integers(-12, 12, (5, 1000))
+    sequential = np.zeros(5)
+    for j in range(X.shape[1]):
+        sequential = sequential + X[:, j]
+    assert (row_sums(X) != sequential).any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_sums_of_non_finite_rows(dtype):
+    X = np.ones((6, 40), dtype=dtype)
+    X[0, 3] = np.nan
+    X[1, 39] = np.inf
+    X[2, 0] = -np.inf
+    X[3, 5], X[3, 21] = np.inf, -np.inf  # same lane: inf + -inf = NaN
+    X[4, 5], X[4, 22] = np.inf, -np.inf  # other lanes: NaN when the lanes are combined
+    got = row_sums(X)
+    _assert_same_bits(got, _fixed_order_row_sums(X))
+    assert np.isnan(got[[0, 3, 4]]).all() and got[1] == np.inf and got[2] == -np.inf
+    assert got[5] == 40.0
+    if dtype == np.float64:  # finite entries whose float64 sum overflows
+        big = np.full((1, 33), 1e308)
+        assert row_sums(big)[0] == np.inf == _fixed_order_row_sums(big)[0]
+
+
+def test_row_sums_refuses_other_input():
+    with pytest.raises(TypeError, match="float16/32/64"):
+        row_sums(np.ones((2, 3), dtype=np.int64))
+    with pytest.raises(ValueError, match="2-D"):
+        row_sums(np.ones(3))
+    x, out = np.ones((2, 3), np.float32), np.empty(2)
+    with pytest.raises(ValueError, match="bytes"):
+        _kernels.row_sums(x, 1, 2, 4, out)
+    with pytest.raises(ValueError, match="format"):
+        _kernels.row_sums(x, 2, 2, 3, out)
+    with pytest.raises(ValueError, match="bytes"):
+        _kernels.row_sums(x, 1, 2, 3, np.empty(3))
+    with pytest.raises(ValueError, match="size"):
+        _kernels.row_sums(x, 1, -2, 3, out)
+    with pytest.raises(ValueError, match="size"):
+        _kernels.row_sums(x, 1, 2**62, 2**3, out)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_mean_centre_is_the_fixed_order_sum_over_d(dtype):
+    g = np.random.default_rng(5)
+    X = (g.standard_normal((4, 777)) * 10.0 ** g.integers(-3, 3, (4, 777))).astype(dtype)
+    want = (_fixed_order_row_sums(X) / 777).astype(dtype).astype(np.float64)
+    got = IndependentEncoder(p=0.3, mu="mean").centres(X)
+    assert got.tobytes() == want.tobytes()
+    if dtype == np.float64:  # the sum overflows: the same order over the values X / d
+        B = np.full((2, 20), 1.5e307)
+        B[1, ::2] = -1e308
+        want = _fixed_order_row_sums(B / 20)
+        got = FixedSizeEncoder(k=3, mu="mean").centres(B)
+        assert got.tobytes() == want.tobytes() and np.isfinite(got).all()
+
+
+# In a subprocess per configuration (OpenBLAS reads its thread count and our kernels their
+# path at import): the centres and the sha256 of the mu="mean" messages.
+MEAN_SCRIPT = r"""
+import hashlib, json
+import numpy as np
+from cvfl_theory import FixedSizeEncoder, IndependentEncoder, _kernels
+from cvfl_theory.protocols import SeededSparseProtocol, SparseProtocol
+out = {"path": _kernels.path()}
+for dt, r in ((np.float32, 32), (np.float64, 64)):
+    X = (np.random.default_rng(0).standard_normal((100, 10_000)) * 3 + 0.7).astype(dt)
+    for enc in (IndependentEncoder(p=0.01, mu="mean"), FixedSizeEncoder(k=50, mu="mean")):
+        e = enc.encode(X, rng=12345)
+        h = hashlib.sha256()
+        for m in SeededSparseProtocol(r=r).to_bytes(e) + SparseProtocol(r=r).to_bytes(e):
+            h.update(len(m).to_bytes(8, "big") + m)
+        out[f"{enc!r} {np.dtype(dt).name}"] = [h.hexdigest(), e.centres.tobytes().hex()]
+print(json.dumps(out))
+"""
+
+
+def test_mean_messages_do_not_depend_on_blas_threads_or_kernel_path():
+    root = Path(__file__).resolve().parents[1]
+    base = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "CVFL_KERNEL_PATH")
+    }
+    configs = [{"OPENBLAS_NUM_THREADS": "1"}, {"OPENBLAS_NUM_THREADS": "2"}]
+    configs += [{"CVFL_KERNEL_PATH": p} for p in _kernels.paths()]
+    runs = []
+    for cfg in configs:
+        res = subprocess.run(
+            [sys.executable, "-c", MEAN_SCRIPT],
+            capture_output=True,
+            text=True,
+            env={**base, **cfg},
+            cwd=root,
+        )
+        assert res.returncode == 0, res.stderr[-3000:]
+        runs.append(json.loads(res.stdout))
+    used = [r.pop("path") for r in runs]
+    assert used[2:] == _kernels.paths()  # each path was in use where forced
+    for cfg, r in zip(configs, runs):
+        assert r == runs[0], cfg
+    # and the centres are the documented ones
+    for dt in (np.float32, np.float64):
+        X = (np.random.default_rng(0).standard_normal((100, 10_000)) * 3 + 0.7).astype(dt)
+        want = (_fixed_order_row_sums(X) / X.shape[1]).astype(dt).astype(np.float64)
+        for key, (_, centres) in runs[1].items():
+            if key.endswith(np.dtype(dt).name):
+                assert centres == want.tobytes().hex(), key
