@@ -161,7 +161,8 @@ class Encoder(ABC):
         :math:`j \bmod 16`, the lanes combined by halving): the same bits on every machine,
         kernel path and thread count, so the message of a given ``rng`` is too. If a float64
         :math:`s_i` overflows, :math:`\mu_i` is the same-order sum of the values
-        :math:`\mathrm{fl}(X_i(j) / d)`. ``mu="min"`` is the row minimum.
+        :math:`\mathrm{fl}(X_i(j) / d)`. ``mu="min"`` is the row minimum, a zero minimum as
+        :math:`+0` (numpy's vectorised minimum returns either zero, depending on the CPU).
 
         ``X`` is validated (and made C-contiguous) here, which computes its row sums on the way;
         a caller that has validated ``X`` already passes the sums as ``row_sums``.
@@ -177,7 +178,7 @@ class Encoder(ABC):
             if self.mu == "zero":
                 c = np.zeros(n)
             elif self.mu == "min":
-                c = X.min(axis=1)
+                c = X.min(axis=1) + 0.0  # -0 -> +0: numpy's SIMD min returns either zero
             else:
                 # One summation for encode, mse and the optimiser alike, in the fixed order of
                 # row_sums (float64), so the same data give the same centres on every machine.

@@ -494,3 +494,19 @@ def test_mean_messages_do_not_depend_on_blas_threads_or_kernel_path():
         for key, (_, centres) in runs[1].items():
             if key.endswith(np.dtype(dt).name):
                 assert centres == want.tobytes().hex(), key
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_min_centre_of_signed_zeros_is_plus_zero(dtype):
+    # numpy's vectorised minimum returns +0 or -0 for a row holding both, depending on the
+    # position and on the CPU's SIMD level; the centre is +0 whatever they are
+    rows = []
+    for d in (1, 2, 3, 8, 17, 64, 1000):
+        for zero in (0.0, -0.0):
+            for at in (0, d - 1):
+                r = np.full(d, -zero)
+                r[at] = zero
+                rows.append(np.concatenate([r, np.full(1000 - d, 5.0)]))
+    X = np.array(rows, dtype=dtype)
+    c = IndependentEncoder(p=0.5, mu="min").centres(X)
+    assert (c == 0).all() and not np.signbit(c).any()
