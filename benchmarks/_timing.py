@@ -50,6 +50,17 @@ def paired_ratio(
     return t_fn[mid] / t_base[mid], t_fn[mid], t_base[mid]
 
 
+def cpu_line() -> str:
+    """One line naming the CPU's AVX2/AVX-512 flags (from ``/proc/cpuinfo``)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return "cpu: unknown (no /proc/cpuinfo)"
+    has = [name for name in ("avx512f", "avx512dq", "avx2") if name in flags]
+    return f"cpu: {', '.join(has) or 'no AVX2/AVX-512'}"
+
+
 def verdict(value: float, target: float, smaller_is_better: bool = True) -> str:
     """``PASS``/``MISS`` against a target."""
     ok = value <= target if smaller_is_better else value >= target

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from _timing import cpu_line
 
 import cvfl_theory
 from cvfl_theory import _kernels
@@ -67,16 +68,6 @@ def median_times(
         rows.append((w2 - w1, w1 - w0, c2 - c1, c1 - c0))
     med = np.median(np.array(rows), axis=0)
     return float(med[0]), float(med[1]), float(med[2]), float(med[3])
-
-
-def _cpu_line() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
-    except OSError:
-        return "cpu: unknown (no /proc/cpuinfo)"
-    has = [name for name in ("avx512f", "avx512dq", "avx2") if name in flags]
-    return f"cpu: {', '.join(has) or 'no AVX2/AVX-512'}"
 
 
 def _verdict(ratio: float, cpu_ratio: float, target: float | None) -> str:
@@ -152,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     available = _kernels.paths()
     forced = os.environ.get("CVFL_KERNEL_PATH")
     print(f"package: {cvfl_theory.__file__}")
-    print(_cpu_line())
+    print(cpu_line())
     print(
         f"kernel paths this machine can run: {', '.join(available)}; it uses {_kernels.path()}"
         + (f" (forced by CVFL_KERNEL_PATH={forced})" if forced else " (the widest)")

@@ -1,69 +1,152 @@
-"""Issue 2 benchmark: encode + serialise, and parse + average, as ratios to ``X.copy()``.
+"""Issues 2 and 13: encode + serialise, and parse + average, as ratios to ``X.copy()``.
 
-X is float32 of shape (100, 100000), p = 0.1, SeededSparseProtocol (r = 32). Each ratio is the
-median of 11 runs interleaved with the baseline copy (see ``_timing.paired_ratio``), so it means the
-same on a busy machine.
+X is float32 of shape (100, 100000), ``IndependentEncoder(p=0.1)``, ``SeededSparseProtocol(r=32)``:
+(a) ``to_bytes(encode(X))`` and (b) ``average(from_bytes(msgs))``, each divided by the time of
+``X.copy()`` (target <= 3), median of 11 runs interleaved with the copy (see
+``_timing.paired_ratio``), so it means the same on a busy machine.
+
+numpy dispatches its own SIMD code at run time, and so do OpenBLAS and our kernels, so the ratio
+depends on the instruction sets in use. Each configuration is measured in its own subprocess and
+printed side by side:
+
+- ``native``: whatever this machine uses by default;
+- ``avx2``: an AVX2-only machine emulated on an AVX-512 one (numpy without its AVX-512 code,
+  ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR"``, OpenBLAS's Haswell kernels,
+  ``OPENBLAS_CORETYPE=Haswell``, our kernels' AVX2 path, ``CVFL_KERNEL_PATH=avx2``);
+- ``avx512``: numpy and OpenBLAS defaults with ``CVFL_KERNEL_PATH=avx512``, when the CPU has it
+  (otherwise ``not measurable here``).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
+from _timing import cpu_line, paired_ratio, verdict
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import paired_ratio, verdict  # noqa: E402
-
-from cvfl_theory import IndependentEncoder  # noqa: E402
-from cvfl_theory.protocols import SeededSparseProtocol  # noqa: E402
+import cvfl_theory
+from cvfl_theory import IndependentEncoder, _kernels
+from cvfl_theory.protocols import SeededSparseProtocol
 
 TARGET = 3.0
+SHAPE = (100, 100_000)
+P = 0.1
+CONFIGS: dict[str, dict[str, str]] = {
+    "native": {},
+    "avx2": {
+        "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+        "OPENBLAS_CORETYPE": "Haswell",
+        "CVFL_KERNEL_PATH": "avx2",
+    },
+    "avx512": {"CVFL_KERNEL_PATH": "avx512"},
+}
+NEEDS = {"avx2": "avx2", "avx512": "avx512"}  # the kernel path a configuration needs
 
 
-def run(X, copy, label: str, mu: str) -> None:
+def _numpy_simd() -> str:
+    """The widest x86 SIMD level numpy dispatches to in this process."""
+    from numpy._core._multiarray_umath import __cpu_features__ as f
+
+    if f.get("AVX512_SKX"):
+        return "AVX-512"
+    return "AVX2" if f.get("AVX2") else "below AVX2"
+
+
+def _run(X, copy, backend: str, mu: str) -> list[dict[str, object]]:
     n, d = X.shape
-    enc = IndependentEncoder(p=0.1, mu=mu)
+    enc = IndependentEncoder(p=P, mu=mu)
     proto = SeededSparseProtocol(r=32)
     seed = iter(range(10**6))
     a, _, t_copy = paired_ratio(lambda: proto.to_bytes(enc.encode(X, rng=next(seed))), copy)
     encoded = enc.encode(X, rng=12345)
     msgs = proto.to_bytes(encoded)
     b, _, _ = paired_ratio(lambda: enc.average(proto.from_bytes(msgs, d)), copy)
-    payload = proto.payload_bits(encoded).sum()
-    total = 8 * sum(len(m) for m in msgs)
-    formula = proto.expected_bits(enc, X)
-    print(f"[{label}, mu={mu}] copy {t_copy * 1e3:.1f} ms")
-    print(f"  (a) encode + to_bytes / copy   = {a:5.2f}  (target <= {TARGET}) {verdict(a, TARGET)}")
-    print(
-        f"  (b) from_bytes + average / copy = {b:5.2f}  (target <= {TARGET}) {verdict(b, TARGET)}"
-    )
-    print(
-        f"  bits/element: payload {payload / (n * d):.4f}, with framing {total / (n * d):.4f}, "
-        f"K3 formula E[C]/(nd) {formula / (n * d):.4f}"
-    )
+    bits = {
+        "payload": float(proto.payload_bits(encoded).sum()) / (n * d),
+        "framing": 8.0 * sum(len(m) for m in msgs) / (n * d),
+        "formula": proto.expected_bits(enc, X) / (n * d),
+    }
+    case = f"{backend:<5} mu={mu:<4}"
+    return [
+        {"case": f"{case} (a) encode+to_bytes", "ratio": a, "copy_ms": 1e3 * t_copy, **bits},
+        {"case": f"{case} (b) from_bytes+average", "ratio": b, "copy_ms": 1e3 * t_copy, **bits},
+    ]
 
 
-def main() -> None:
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((100, 100_000), dtype=np.float32)
-    print("== Issue 2: IndependentEncoder(p=0.1) + SeededSparseProtocol, X float32 (100, 100000)")
+def measure() -> dict:
+    """All cases in this process (its numpy, OpenBLAS and kernel paths)."""
+    X = np.random.default_rng(0).standard_normal(SHAPE, dtype=np.float32)
     proto = SeededSparseProtocol(r=32)
     for _ in range(5):  # process warm-up: grow the heap to its steady state before timing
         X.copy()
-        proto.from_bytes(proto.to_bytes(IndependentEncoder(0.1).encode(X, rng=0)), X.shape[1])
-    for mu in ("zero", "mean"):
-        run(X, X.copy, "numpy", mu)
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        print("torch not installed: skipping the torch ratios")
-        return
+        proto.from_bytes(proto.to_bytes(IndependentEncoder(P).encode(X, rng=0)), X.shape[1])
+    rows = [r for mu in ("zero", "mean") for r in _run(X, X.copy, "numpy", mu)]
+    import torch
+
     torch.set_num_threads(1)
     T = torch.from_numpy(X.copy())
-    for mu in ("zero", "mean"):
-        run(T, T.clone, "torch", mu)
+    rows += [r for mu in ("zero", "mean") for r in _run(T, T.clone, "torch", mu)]
+    return {"numpy_simd": _numpy_simd(), "kernel_path": _kernels.path(), "rows": rows}
+
+
+def _measure_config(name: str) -> dict:
+    """:func:`measure` in a subprocess with the configuration's environment."""
+    env = {k: v for k, v in os.environ.items() if k not in CONFIGS["avx2"]}
+    env.update(CONFIGS[name])
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker"]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"the {name} run failed:\n{res.stderr[-2000:]}")
+    return json.loads(res.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    if parser.parse_args(argv).worker:
+        print(json.dumps(measure()))
+        return 0
+    print(f"== IndependentEncoder(p={P}) + SeededSparseProtocol(r=32), X float32 {SHAPE}")
+    print(f"package: {cvfl_theory.__file__}")
+    print(cpu_line())
+    print(f"time / copy time (wall), median of 11 interleaved; target <= {TARGET}")
+    available = _kernels.paths()
+    results = {
+        name: _measure_config(name)
+        for name in CONFIGS
+        if name not in NEEDS or NEEDS[name] in available
+    }
+    cell = 30
+    print(f"{'case':<38}" + "".join(f" | {name:<{cell}}" for name in CONFIGS))
+    setup = [
+        f"numpy {r['numpy_simd']}, kernels {r['kernel_path']}" if (r := results.get(name)) else "-"
+        for name in CONFIGS
+    ]
+    print(f"{'(configuration in use)':<38}" + "".join(f" | {t:<{cell}}" for t in setup))
+    rows0: list[dict] = results["native"]["rows"]
+    for i, row in enumerate(rows0):
+        line = f"{row['case']:<38}"
+        for name in CONFIGS:
+            if name not in results:
+                text = "not measurable here"
+            else:
+                r = results[name]["rows"][i]
+                text = (
+                    f"{r['ratio']:5.2f} {verdict(r['ratio'], TARGET)} (copy {r['copy_ms']:.1f}ms)"
+                )
+            line += f" | {text:<{cell}}"
+        print(line)
+    for row in rows0[::2]:
+        print(
+            f"bits/element {row['case'][:14]}: payload {row['payload']:.4f}, with framing "
+            f"{row['framing']:.4f}, K3 formula E[C]/(nd) {row['formula']:.4f}"
+        )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -243,6 +243,8 @@ typedef struct {
     void (*dither_words)(uint64_t, Py_ssize_t, Py_ssize_t, uint32_t *);
     void (*hex_dither)(uint64_t, Py_ssize_t, Py_ssize_t, double, double *, double *);
     void (*a2_nearest)(const double *, const double *, Py_ssize_t, double *, double *);
+    void (*row_sums_f32)(const float *, Py_ssize_t, Py_ssize_t, double *);
+    void (*row_sums_f64)(const double *, Py_ssize_t, Py_ssize_t, double *);
 } kernels_t;
 
 #define CVFL_BODY
@@ -791,6 +793,247 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------- */
+/* sparse encoders (THEORY K1, K3): support positions, gathered values, the averaging decoder   */
+/* (cvfl_theory.sampling / encoders / encoded). Scalar loops: memory- or latency-bound, so one  */
+/* version serves every path. Same operations in the same order as the numpy definitions they  */
+/* replace (tests/test_encoders.py compares them bit for bit).                                  */
+
+/* An int64 index buffer of exactly count items ('q', or 'l' where long has 64 bits). */
+static int get_index_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *name) {
+    view->obj = NULL;
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    const char *f = view->format ? view->format : "B";
+    if (*f == '@' || *f == '=' || (*f == '<' && PY_LITTLE_ENDIAN)) f++;
+    int ok = f[0] != 0 && f[1] == 0 && (f[0] == 'q' || (sizeof(long) == 8 && f[0] == 'l'));
+    if (!ok || view->len != count * 8) {
+        PyErr_Format(PyExc_ValueError, "%s must be %zd int64 values", name, count);
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* geometric_positions(e, n, scale, d, start) -> (count, last). e holds n standard exponentials
+   E_k; the gaps are g_k = floor(scale * E_k + 1) (the product, then the sum, each rounded to
+   float64 as numpy rounds them, then the floor) and the positions pos_k = pos_{k-1} + g_k from
+   pos_{-1} = start (-1 or an earlier position). Writes pos_k as int64 over e[k] while pos_k < d
+   and stops at the first pos_k that is not; count = positions written, last = pos_{n-1} if none
+   stopped. The numpy definition sums in float64, exact for integers below 2^53 >= d; here the
+   sum is an int64 (a one-cycle dependency instead of a four-cycle one): the same positions
+   below d, and a gap t >= 2^52 (or a NaN) ends the support in both (it reaches d). */
+static PyObject *py_geometric_positions(PyObject *self, PyObject *args) {
+    PyObject *eo;
+    Py_ssize_t n;
+    double scale, d, start;
+    if (!PyArg_ParseTuple(args, "Onddd", &eo, &n, &scale, &d, &start)) return NULL;
+    if (n < 0 || !(d >= 1 && d <= 9007199254740992.0) || !(start >= -1 && start < d) ||
+        start != (double)(int64_t)start) {
+        PyErr_SetString(PyExc_ValueError, "geometric_positions: need n >= 0, 1 <= d <= 2^53 "
+                                          "and an integer start in [-1, d)");
+        return NULL;
+    }
+    Py_buffer ev;
+    if (get_buffer(eo, &ev, 1, T_F64, n, "e", 0) < 0) return NULL;
+    double *e = ev.buf;
+    int64_t pos = (int64_t)start, dd = (int64_t)d;
+    Py_ssize_t k = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (; k < n; k++) {
+        double t = scale * e[k];
+        t = t + 1.0;
+        if (!(t < 4503599627370496.0)) break; /* 2^52 (or NaN): past d */
+        pos += (int64_t)t;                     /* floor: t >= 1 */
+        if (pos >= dd) break;
+        memcpy(e + k, &pos, 8);
+    }
+    Py_END_ALLOW_THREADS
+    release(&ev);
+    return Py_BuildValue("nd", k, (double)pos);
+}
+
+/* sparse_values(x, xt, d, idx, k, centre, p, out, check) -> entries that are not finite, or -1.
+   out[q] = ((x[idx[q]] - c) / p) + c in x's precision (float32 or float64), the subtraction and
+   the addition skipped when c == 0; idx must lie in [0, d). With check, x is first scanned for
+   NaN/inf (-1, nothing written: the caller names the entry); the row is then in cache for the
+   gather, so the data are read from memory once. */
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(ptr) __builtin_prefetch(ptr)
+#else
+#define PREFETCH(ptr) ((void)0)
+#endif
+#define SV_AHEAD 64 /* indices ahead: the gather runs at the speed of a streaming read */
+#define DEFINE_SPARSE_VALUES(NAME, T)                                                           \
+    static Py_ssize_t NAME(const T *x, const int64_t *idx, Py_ssize_t k, T c, T p, T *out) {    \
+        Py_ssize_t bad = 0;                                                                     \
+        for (Py_ssize_t q = 0; q < k; q++) {                                                    \
+            if (q + SV_AHEAD < k) PREFETCH(x + idx[q + SV_AHEAD]);                              \
+            T v = x[idx[q]];                                                                    \
+            if (c != 0) v = v - c;                                                              \
+            v = v / p;                                                                          \
+            if (c != 0) v = v + c;                                                              \
+            out[q] = v;                                                                         \
+            bad += !isfinite(v);                                                                \
+        }                                                                                       \
+        return bad;                                                                             \
+    }
+DEFINE_SPARSE_VALUES(sparse_values_f32, float)
+DEFINE_SPARSE_VALUES(sparse_values_f64, double)
+
+/* Whether x[0 .. d) holds a NaN or an inf (all exponent bits set), in blocks of 64 entries
+   OR-reduced without branches (vectorizes on the baseline SSE2 too). */
+#define DEFINE_ANY_NONFINITE(NAME, T, U, EXP)                                                   \
+    static int NAME(const T *x, Py_ssize_t d) {                                                 \
+        Py_ssize_t j = 0;                                                                       \
+        for (; j + 64 <= d; j += 64) {                                                          \
+            U u[64], any = 0;                                                                   \
+            memcpy(u, x + j, sizeof(u));                                                        \
+            for (int q = 0; q < 64; q++) any |= (U)0 - (U)((u[q] & EXP) == EXP);                \
+            if (any) return 1;                                                                  \
+        }                                                                                       \
+        for (; j < d; j++) {                                                                    \
+            U u;                                                                                \
+            memcpy(&u, x + j, sizeof(U));                                                       \
+            if ((u & EXP) == EXP) return 1;                                                     \
+        }                                                                                       \
+        return 0;                                                                               \
+    }
+DEFINE_ANY_NONFINITE(any_nonfinite_f32, float, uint32_t, 0x7F800000u)
+DEFINE_ANY_NONFINITE(any_nonfinite_f64, double, uint64_t, 0x7FF0000000000000ULL)
+
+static int indices_in_range(const int64_t *idx, Py_ssize_t k, Py_ssize_t d, int increasing) {
+    for (Py_ssize_t q = 0; q < k; q++) {
+        if (idx[q] < 0 || idx[q] >= d) return 0;
+        if (increasing && q > 0 && idx[q] <= idx[q - 1]) return 0;
+    }
+    return 1;
+}
+
+static PyObject *py_sparse_values(PyObject *self, PyObject *args) {
+    PyObject *xo, *io, *oo;
+    int xt;
+    Py_ssize_t d, k;
+    double c, p;
+    int check;
+    if (!PyArg_ParseTuple(args, "OinOnddOp", &xo, &xt, &d, &io, &k, &c, &p, &oo, &check))
+        return NULL;
+    if ((xt != T_F32 && xt != T_F64) || d < 0 || k < 0) {
+        PyErr_SetString(PyExc_ValueError, "sparse_values: bad type code or size");
+        return NULL;
+    }
+    Py_buffer xv, iv, ov;
+    xv.obj = iv.obj = ov.obj = NULL;
+    PyObject *ret = NULL;
+    Py_ssize_t bad = 0;
+    if (get_buffer(xo, &xv, 0, xt, d, "x", 0) < 0) goto done;
+    if (get_index_buffer(io, &iv, k, "idx") < 0) goto done;
+    if (get_buffer(oo, &ov, 1, xt, k, "out", 0) < 0) goto done;
+    if (!indices_in_range(iv.buf, k, d, 0)) {
+        PyErr_Format(PyExc_ValueError, "sparse_values: an index is not in [0, %zd)", d);
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (check && (xt == T_F32 ? any_nonfinite_f32(xv.buf, d) : any_nonfinite_f64(xv.buf, d)))
+        bad = -1;
+    else if (xt == T_F32)
+        bad = sparse_values_f32(xv.buf, iv.buf, k, (float)c, (float)p, ov.buf);
+    else
+        bad = sparse_values_f64(xv.buf, iv.buf, k, c, p, ov.buf);
+    Py_END_ALLOW_THREADS
+    ret = PyLong_FromSsize_t(bad);
+done:
+    release(&xv); release(&iv); release(&ov);
+    return ret;
+}
+
+/* scatter_add(acc, d, idx, k, vals, vt, centre, scale) -> whether it added: acc[idx[q]] +=
+   ((double)vals[q] - c) * scale (the subtraction skipped when c == 0), for strictly increasing
+   idx in [0, d); anything else returns False and leaves acc as it was. */
+#define DEFINE_SCATTER_ADD(NAME, T)                                                             \
+    static void NAME(double *acc, const int64_t *idx, Py_ssize_t k, const T *vals, double c,    \
+                     double scale) {                                                            \
+        for (Py_ssize_t q = 0; q < k; q++) {                                                    \
+            double v = (double)vals[q];                                                         \
+            if (c != 0) v = v - c;                                                              \
+            v = v * scale;                                                                      \
+            acc[idx[q]] = acc[idx[q]] + v;                                                      \
+        }                                                                                       \
+    }
+DEFINE_SCATTER_ADD(scatter_add_f32, float)
+DEFINE_SCATTER_ADD(scatter_add_f64, double)
+
+static PyObject *py_scatter_add(PyObject *self, PyObject *args) {
+    PyObject *ao, *io, *vo;
+    int vt;
+    Py_ssize_t d, k;
+    double c, scale;
+    if (!PyArg_ParseTuple(args, "OnOnOidd", &ao, &d, &io, &k, &vo, &vt, &c, &scale)) return NULL;
+    if ((vt != T_F32 && vt != T_F64) || d < 0 || k < 0) {
+        PyErr_SetString(PyExc_ValueError, "scatter_add: bad type code or size");
+        return NULL;
+    }
+    Py_buffer av, iv, vv;
+    av.obj = iv.obj = vv.obj = NULL;
+    PyObject *ret = NULL;
+    if (get_buffer(ao, &av, 1, T_F64, d, "acc", 0) < 0) goto done;
+    if (get_index_buffer(io, &iv, k, "idx") < 0) goto done;
+    if (get_buffer(vo, &vv, 0, vt, k, "vals", 0) < 0) goto done;
+    if (!indices_in_range(iv.buf, k, d, 1)) {
+        ret = Py_False;
+        Py_INCREF(ret);
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (vt == T_F32) scatter_add_f32(av.buf, iv.buf, k, vv.buf, c, scale);
+    else scatter_add_f64(av.buf, iv.buf, k, vv.buf, c, scale);
+    Py_END_ALLOW_THREADS
+    ret = Py_True;
+    Py_INCREF(ret);
+done:
+    release(&av); release(&iv); release(&vv);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* fixed-order row sums (THEORY K1: the centre mu = "mean"; cvfl_theory._validate.row_sums)    */
+/* The definition (the same bits on every path, compiler and machine; tests/test_encoders.py    */
+/* checks it against a numpy transcription): for a row x_0 .. x_{d-1} (float32 or float64),     */
+/*   lanes   a_l = (((+0 + x_l) + x_{l+16}) + x_{l+32}) + ...,  l = 0 .. 15, in float64 (each    */
+/*           x_j widened exactly; a lane with no entry stays +0), i.e. entry j goes to lane      */
+/*           j mod 16, the entries of a lane added in increasing j;                              */
+/*   combine a_l = a_l + a_{l+h} for l < h, h = 8, 4, 2, 1 (a halving tree); the sum is a_0.    */
+/* Each lane is its own chain of correctly rounded additions, so vectorising over the lanes    */
+/* needs no reassociation (see RS_LANES below). A NaN or inf entry gives a non-finite sum; a    */
+/* float64 row may also overflow to +-inf (a float32 row cannot: its entries are < 2^128).     */
+
+/* row_sums(x, xt, n, d, out): out[i] = the sum of row i of the C-contiguous (n, d) array x
+   (float32 or float64, type code xt) into the float64 buffer out of n items. */
+static PyObject *py_row_sums(PyObject *self, PyObject *args) {
+    PyObject *xo, *oo;
+    int xt;
+    Py_ssize_t n, d;
+    if (!PyArg_ParseTuple(args, "OinnO", &xo, &xt, &n, &d, &oo)) return NULL;
+    if ((xt != T_F32 && xt != T_F64) || n < 0 || d < 0 || (d > 0 && n > PY_SSIZE_T_MAX / 8 / d)) {
+        PyErr_SetString(PyExc_ValueError, "row_sums: bad type code or size");
+        return NULL;
+    }
+    Py_buffer xv, ov;
+    xv.obj = ov.obj = NULL;
+    PyObject *ret = NULL;
+    if (get_buffer(xo, &xv, 0, xt, n * d, "x", 0) < 0) goto done;
+    if (get_buffer(oo, &ov, 1, T_F64, n, "out", 0) < 0) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    if (xt == T_F32) KT->row_sums_f32((const float *)xv.buf, n, d, (double *)ov.buf);
+    else KT->row_sums_f64((const double *)xv.buf, n, d, (double *)ov.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release(&xv); release(&ov);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------------------------- */
 
 #define MODULE_DOC                                                                              \
     "The compiled kernels of the compressors (source: ``cvfl_theory/_kernels.c``).\n\n"          \
@@ -834,6 +1077,16 @@ static PyMethodDef methods[] = {
     {"topk_select", py_topk_select, METH_VARARGS,
      "topk_select(x, xt, B, P, k, cols, vals) -> number of rows holding NaN or inf"},
     {"topk_scatter", py_topk_scatter, METH_VARARGS, "topk_scatter(cols, vals, vt, B, P, k, y)"},
+    {"geometric_positions", py_geometric_positions, METH_VARARGS,
+     "geometric_positions(e, n, scale, d, start) -> (count, last)"},
+    {"sparse_values", py_sparse_values, METH_VARARGS,
+     "sparse_values(x, xt, d, idx, k, centre, p, out, check) -> entries not finite, or -1"},
+    {"scatter_add", py_scatter_add, METH_VARARGS,
+     "scatter_add(acc, d, idx, k, vals, vt, centre, scale) -> whether it added"},
+    {"row_sums", py_row_sums, METH_VARARGS,
+     "row_sums(x, xt, n, d, out): the row sums of x (n, d) into out (n float64 values), in the "
+     "fixed order of the source's definition (16 float64 lanes, entry j in lane j mod 16, the "
+     "lanes combined by halving)."},
     {"path", py_path, METH_NOARGS,
      "path() -> the kernel path in use: 'avx512', 'avx2' or 'portable' (chosen at import: the "
      "widest one the CPU supports, or the environment variable CVFL_KERNEL_PATH)."},
@@ -2025,6 +2278,31 @@ static void K(a2_nearest_run)(const double *X, const double *Y, Py_ssize_t n, do
     for (Py_ssize_t q = 0; q < n; q++) K(a2_nearest_scaled)(X[q], Y[q], &I[q], &J[q]);
 }
 
+/* Fixed-order row sums (the definition is above py_row_sums). RS_LANES accumulators: two
+   AVX-512, four AVX2 or eight SSE2 vectors of independent chains, so the loop runs at memory
+   speed on every path without reassociating anything. */
+#define RS_LANES 16
+#define DEFINE_ROW_SUMS(NAME, T)                                                                \
+    static void NAME(const T *x, Py_ssize_t n, Py_ssize_t d, double *out) {                    \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                   \
+            const T *r = x + i * d;                                                            \
+            double a[RS_LANES];                                                                \
+            for (int l = 0; l < RS_LANES; l++) a[l] = 0.0;                                     \
+            Py_ssize_t j = 0;                                                                  \
+            for (; j + RS_LANES <= d; j += RS_LANES)                                           \
+                for (int l = 0; l < RS_LANES; l++) a[l] = a[l] + (double)r[j + l];             \
+            for (int l = 0; j + l < d; l++) a[l] = a[l] + (double)r[j + l];                    \
+            for (int h = RS_LANES / 2; h >= 1; h /= 2)                                         \
+                for (int l = 0; l < h; l++) a[l] = a[l] + a[l + h];                            \
+            out[i] = a[0];                                                                     \
+        }                                                                                      \
+    }
+
+DEFINE_ROW_SUMS(K(row_sums_f32), float)
+DEFINE_ROW_SUMS(K(row_sums_f64), double)
+#undef RS_LANES
+#undef DEFINE_ROW_SUMS
+
 static const kernels_t K(table) = {
     .row_ranges_f32 = K(row_ranges_f32), .row_ranges_f64 = K(row_ranges_f64),
     .sq_f32_u8_f32 = K(sq_f32_u8_f32), .sq_f32_u8_f64 = K(sq_f32_u8_f64),
@@ -2037,6 +2315,7 @@ static const kernels_t K(table) = {
     .scatter_f32 = K(scatter_f32), .scatter_f64 = K(scatter_f64),
     .dither_words = K(dither_words_run), .hex_dither = K(hex_dither_run),
     .a2_nearest = K(a2_nearest_run),
+    .row_sums_f32 = K(row_sums_f32), .row_sums_f64 = K(row_sums_f64),
 };
 
 #endif /* CVFL_BODY */

@@ -22,11 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from . import _kernels
 from ._backend import ArrayKind, to_numpy
 
 __all__ = [
     "FLOAT_BITS",
     "as_float_array",
+    "as_matrix",
     "as_real_float",
     "check_bool",
     "check_choice",
@@ -194,17 +196,43 @@ def as_float_array(
 
 
 def row_sums(a: np.ndarray) -> np.ndarray:
-    """Row sums of a C-contiguous 2-D float array in a fixed order (accumulated in ``a.dtype``).
+    r"""Row sums of a C-contiguous 2-D float array, in float64 and in one fixed order.
 
-    For float32/float64 a BLAS matrix-vector product with a vector of ones (memory-bound, several
-    times faster than ``np.add.reduce`` here), else ``np.add.reduce`` in float32. ``a`` must be
-    C-contiguous (as :func:`check_matrix` returns it): the order of the additions then depends
-    only on the values, not on how the caller laid them out. Overflow gives ``inf`` silently.
+    The sum of a row :math:`x_0, \dots, x_{d-1}` (every entry widened exactly to float64) is
+    defined, addition by addition, as
+
+    1. 16 lanes :math:`a_l = (((+0 + x_l) + x_{l+16}) + x_{l+32}) + \cdots` for
+       :math:`l = 0, \dots, 15`: entry :math:`j` goes to lane :math:`j \bmod 16`, the entries of a
+       lane are added in increasing :math:`j`, a lane without entries stays :math:`+0`;
+    2. the lanes halved: :math:`a_l \leftarrow a_l + a_{l+h}` for :math:`l < h`,
+       :math:`h = 8, 4, 2, 1`; the sum is :math:`a_0`.
+
+    Every operation is a correctly rounded float64 addition, so the result has the same bits on
+    every machine, kernel path (``avx512``, ``avx2``, ``portable``), compiler and thread count
+    (the compiled kernel ``_kernels.row_sums``; no BLAS). It defines the centre ``mu="mean"`` of
+    the encoders (THEORY K1, K2: :math:`\mu_i = \mathrm{fl}(s_i / d)`, see
+    :meth:`~cvfl_theory.encoders.Encoder.centres`) and doubles as the finiteness check of
+    :func:`check_matrix_row_sums`: a NaN or inf entry makes its row sum NaN or inf. A float64
+    row may also overflow to ``inf`` (silently, the caller decides); float16/32 rows cannot.
+
+    Raises
+    ------
+    TypeError
+        ``a`` is not a float16/32/64 array.
+    ValueError
+        ``a`` is not 2-D.
     """
-    with np.errstate(over="ignore", invalid="ignore"):
-        if a.dtype in (np.float32, np.float64):
-            return a @ np.ones(a.shape[1], dtype=a.dtype)
-        return np.add.reduce(a, axis=1, dtype=np.float32)
+    if not isinstance(a, np.ndarray) or a.dtype.kind != "f" or a.dtype.itemsize not in (2, 4, 8):
+        raise TypeError(
+            f"row_sums needs a float16/32/64 numpy array, got {getattr(a, 'dtype', type(a))}"
+        )
+    if a.ndim != 2:
+        raise ValueError(f"row_sums needs a 2-D array, got shape {a.shape}")
+    # float16 -> float32 is exact; a copy only for float16, another byte order or layout
+    a = np.ascontiguousarray(a, dtype=np.float64 if a.dtype.itemsize == 8 else np.float32)
+    out = np.empty(a.shape[0], dtype=np.float64)
+    _kernels.row_sums(a, 1 if a.dtype == np.float32 else 2, a.shape[0], a.shape[1], out)
+    return out
 
 
 def check_matrix_row_sums(a: np.ndarray, name: str = "X") -> np.ndarray:
@@ -219,14 +247,24 @@ def check_matrix_row_sums(a: np.ndarray, name: str = "X") -> np.ndarray:
     return sums
 
 
-def check_matrix_and_row_sums(X: Any, name: str = "X") -> tuple[np.ndarray, ArrayKind, np.ndarray]:
-    """:func:`check_matrix` plus the row sums it computed on the way (see :func:`row_sums`)."""
+def as_matrix(X: Any, name: str = "X") -> tuple[np.ndarray, ArrayKind]:
+    """:func:`check_matrix` without the NaN/inf check: type and shape only, no pass over ``X``.
+
+    For a caller that checks the values on its own single pass (and raises with
+    :func:`raise_not_finite`, the same error).
+    """
     a, kind = to_numpy(X, name)
     a = as_real_float(a, name, "float16/32/64 or integers")
     if a.ndim != 2:
         raise ValueError(f"{name} must be 2-D with shape (n, d), got ndim={a.ndim} {a.shape}")
     if a.shape[0] < 1 or a.shape[1] < 1:
         raise ValueError(f"{name} must have n >= 1 rows and d >= 1 columns, got shape {a.shape}")
+    return a, kind
+
+
+def check_matrix_and_row_sums(X: Any, name: str = "X") -> tuple[np.ndarray, ArrayKind, np.ndarray]:
+    """:func:`check_matrix` plus the row sums it computed on the way (see :func:`row_sums`)."""
+    a, kind = as_matrix(X, name)
     return a, kind, check_matrix_row_sums(a, name)
 
 

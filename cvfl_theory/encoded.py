@@ -13,10 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from . import _kernels
 from ._backend import ArrayKind
+from .compressors._common import type_code
 from .rotation import hadamard_rotate_inverse
 
 __all__ = ["NodeMessage", "Encoded", "decode", "average", "dense_coded"]
+
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 #: Schemes whose support a receiver can regenerate from (seed, rate, d).
 SEEDED_SCHEMES = ("bernoulli", "k-subset")
@@ -149,6 +153,22 @@ def _check_finite(Y: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return Y
 
 
+def _scatter_add(acc: np.ndarray, m: NodeMessage, scale: float) -> bool:
+    """``acc[support] += (values - centre) * scale`` in one compiled pass, if it applies.
+
+    The same float64 operations in the same order as the numpy loop of :func:`average`; it
+    applies to float32/64 values on strictly increasing int64 indices in range (what every
+    encoder and every parsed message has), and returns False, leaving ``acc`` alone, otherwise.
+    """
+    v, idx = m.values, m.support
+    if v.dtype not in _KERNEL_DTYPES or idx.dtype != np.int64 or v.shape != idx.shape:
+        return False
+    v, idx = np.ascontiguousarray(v), np.ascontiguousarray(idx)
+    return bool(
+        _kernels.scatter_add(acc, acc.size, idx, idx.size, v, type_code(v), m.centre, scale)
+    )
+
+
 def average(encoded: Encoded) -> Any:
     r"""The averaging decoder :math:`\gamma(Y_1, \dots, Y_n) = \frac1n \sum_i Y_i` (K0).
 
@@ -159,7 +179,7 @@ def average(encoded: Encoded) -> Any:
     acc = np.full(encoded.d, encoded.centres.mean(), dtype=np.float64)
     scale = 1.0 / n
     for m in encoded.nodes:
-        if m.support.size:
+        if m.support.size and not _scatter_add(acc, m, scale):
             v = m.values.astype(np.float64)  # always a fresh array: updated in place
             if m.centre:
                 v -= m.centre

@@ -25,19 +25,23 @@ from typing import Any
 
 import numpy as np
 
+from . import _kernels
 from ._backend import to_numpy
 from ._rng import RNGLike, as_generator, draw_seeds
 from ._validate import (
     as_float_array,
+    as_matrix,
     check_int_in_range,
     check_matrix,
     check_matrix_and_row_sums,
+    check_matrix_row_sums,
     check_probabilities,
     raise_mse_overflow,
     raise_not_finite,
     row_sums,
     squared_deviations,
 )
+from .compressors._common import type_code
 from .encoded import Encoded, NodeMessage
 from .encoded import average as _average
 from .encoded import decode as _decode
@@ -150,6 +154,16 @@ class Encoder(ABC):
     def centres(self, X: Any, row_sums: np.ndarray | None = None) -> np.ndarray:
         r"""The centres :math:`\mu_i` for ``X`` as float64, rounded to ``X``'s precision (K1).
 
+        ``mu="mean"`` is the node mean :math:`\mu_i = \frac1d \sum_j X_i(j)` (THEORY K1, K2;
+        it minimises K1.2 for a uniform ``p``) computed as :math:`\mathrm{fl}(s_i / d)` rounded to
+        ``X``'s dtype, where :math:`s_i` is the float64 row sum in the fixed order of
+        :func:`~cvfl_theory._validate.row_sums` (16 lanes, entry :math:`j` in lane
+        :math:`j \bmod 16`, the lanes combined by halving): the same bits on every machine,
+        kernel path and thread count, so the message of a given ``rng`` is too. If a float64
+        :math:`s_i` overflows, :math:`\mu_i` is the same-order sum of the values
+        :math:`\mathrm{fl}(X_i(j) / d)`. ``mu="min"`` is the row minimum, a zero minimum as
+        :math:`+0` (numpy's vectorised minimum returns either zero, depending on the CPU).
+
         ``X`` is validated (and made C-contiguous) here, which computes its row sums on the way;
         a caller that has validated ``X`` already passes the sums as ``row_sums``.
         """
@@ -164,10 +178,10 @@ class Encoder(ABC):
             if self.mu == "zero":
                 c = np.zeros(n)
             elif self.mu == "min":
-                c = X.min(axis=1)
+                c = X.min(axis=1) + 0.0  # -0 -> +0: numpy's SIMD min returns either zero
             else:
-                # One summation for encode, mse and the optimiser alike, in an order fixed by
-                # the values (X is C-contiguous), so the same data give the same centres.
+                # One summation for encode, mse and the optimiser alike, in the fixed order of
+                # row_sums (float64), so the same data give the same centres on every machine.
                 if row_sums is None:
                     row_sums = _row_sums(X)
                 if np.isfinite(row_sums).all():
@@ -199,17 +213,33 @@ class Encoder(ABC):
         -------
         Encoded
         """
-        Xn, kind, sums = check_matrix_and_row_sums(X)  # validates and feeds mu="mean"
+        Xn, kind = as_matrix(X)
         self._check_shape(*Xn.shape)
+        if self._rows_checked_in_pass(Xn):  # each row is checked for NaN/inf as it is read
+            return self._encode_array(Xn, kind, rng, check_rows=True)
+        sums = check_matrix_row_sums(Xn)  # validates and feeds mu="mean"
         return self._encode_array(Xn, kind, rng, row_sums=sums)
 
+    def _rows_checked_in_pass(self, Xn: np.ndarray) -> bool:
+        """Whether encoding checks each row of ``Xn`` for NaN/inf as it reads it.
+
+        Then the separate pass over ``X`` is skipped; only for centres that do not read ``X``.
+        """
+        return False
+
     def _encode_array(
-        self, Xn: np.ndarray, kind: Any, rng: RNGLike, row_sums: Any = None, **extra: Any
+        self,
+        Xn: np.ndarray,
+        kind: Any,
+        rng: RNGLike,
+        row_sums: Any = None,
+        check_rows: bool = False,
+        **extra: Any,
     ) -> Encoded:
         seeds = [int(s) for s in draw_seeds(as_generator(rng), Xn.shape[0], self.seed_bits)]
-        centres = self.centres(Xn, row_sums)
+        centres = self._centres(Xn, row_sums)
         supports = [self._support(s, i, Xn[i], centres[i]) for i, s in enumerate(seeds)]
-        return self._encode_given(Xn, kind, supports, seeds, centres, **extra)
+        return self._encode_given(Xn, kind, supports, seeds, centres, check_rows, **extra)
 
     def _encode_given(
         self,
@@ -218,18 +248,20 @@ class Encoder(ABC):
         supports: list[np.ndarray],
         seeds: list[int],
         centres: np.ndarray,
+        check_rows: bool = False,
         **extra: Any,
     ) -> Encoded:
-        """The message for given supports (the deterministic part of encoding)."""
+        """The message for given supports (the deterministic part of encoding).
+
+        ``check_rows``: ``Xn`` has not been checked for NaN/inf yet (see
+        :meth:`_rows_checked_in_pass`); :meth:`_sent_values` checks each row.
+        """
         n, d = Xn.shape
         wd = _working_dtype(Xn.dtype)
         nodes = []
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked per node below
             for i, idx in enumerate(supports):
-                x = Xn[i]
-                vals = self._values(x[idx].astype(wd, copy=False), idx, i, x, centres[i])
-                vals = np.asarray(vals).astype(Xn.dtype, copy=False)
-                _check_representable(vals, Xn.dtype)
+                vals = self._sent_values(Xn, i, idx, centres[i], wd, check_rows)
                 nodes.append(
                     NodeMessage(idx, vals, float(centres[i]), seeds[i], self._node_rate(i, n, d))
                 )
@@ -242,6 +274,21 @@ class Encoder(ABC):
             kind=kind,
             **extra,
         )
+
+    def _sent_values(
+        self, Xn: np.ndarray, i: int, idx: np.ndarray, centre: float, wd: np.dtype, check: bool
+    ) -> np.ndarray:
+        """:meth:`_values` on node ``i``'s support, in ``Xn``'s dtype; refuse an overflow.
+
+        With ``check``, a NaN/inf anywhere in row ``i`` is refused too (:func:`raise_not_finite`).
+        """
+        x = Xn[i]
+        if check and not np.isfinite(x).all():
+            raise_not_finite(Xn, "X")
+        vals = self._values(x[idx].astype(wd, copy=False), idx, i, x, centre)
+        vals = np.asarray(vals).astype(x.dtype, copy=False)
+        _check_representable(vals, x.dtype)
+        return vals
 
     def encode_with_supports(self, X: Any, supports: list[Any]) -> Encoded:
         r"""Encode with the given supports :math:`D_i` instead of random ones.
@@ -334,8 +381,9 @@ class IndependentEncoder(Encoder):
         scalar or per-node ``p`` the support is drawn by geometric gaps in :math:`O(p d)` and can be
         regenerated from the seed (the seeded sparse protocol applies).
     mu : {"mean", "zero", "min"}, float or array of shape (n,)
-        Centres :math:`\mu_i`. ``"mean"`` minimises K1.2 for uniform ``p``; ``"zero"`` is
-        data-independent (:math:`\bar r = 0`).
+        Centres :math:`\mu_i`. ``"mean"`` (the node mean, summed in float64 in the fixed order
+        of :meth:`Encoder.centres`: the same bits on every machine) minimises K1.2 for uniform
+        ``p``; ``"zero"`` is data-independent (:math:`\bar r = 0`).
 
     Examples
     --------
@@ -384,6 +432,32 @@ class IndependentEncoder(Encoder):
             return bernoulli_support(seed, r, x.shape[0])
         return bernoulli_support_varying(seed, r)
 
+    def _rows_checked_in_pass(self, Xn):
+        return (
+            self.p.ndim == 0
+            and float(self.p) < 1.0
+            and Xn.dtype == _working_dtype(Xn.dtype)
+            and not (isinstance(self.mu, str) and self.mu != "zero")
+        )
+
+    def _sent_values(self, Xn, i, idx, centre, wd, check):
+        # One p per node, float32/64 data: gather and compute (x - c) / p + c (float32 or float64
+        # operations, as in _values) in one compiled pass, counting non-finite results; with
+        # check, the same call first scans the row for NaN/inf (-1), so X is read once. A
+        # subclass that redefines _values gets it called (the numpy path).
+        r = self._row_p(i)
+        custom = type(self)._values is not IndependentEncoder._values
+        if not isinstance(r, float) or r == 1.0 or Xn.dtype != wd or custom:
+            return super()._sent_values(Xn, i, idx, centre, wd, check)
+        x = Xn[i]
+        out = np.empty(idx.size, dtype=x.dtype)
+        bad = _kernels.sparse_values(x, type_code(x), x.size, idx, idx.size, centre, r, out, check)
+        if bad < 0:
+            raise_not_finite(Xn, "X")
+        if bad:
+            _check_representable(out, x.dtype)
+        return out
+
     def _values(self, x_sel, idx, i, x, centre):
         r = self._row_p(i)
         c = x_sel.dtype.type(centre)
@@ -415,7 +489,7 @@ class FixedSizeEncoder(Encoder):
     k : int or array of shape (n,)
         Support sizes, each in ``[1, d]``.
     mu : {"mean", "zero", "min"}, float or array of shape (n,)
-        Centres.
+        Centres (``"mean"``: the node mean in the fixed order of :meth:`Encoder.centres`).
 
     Examples
     --------

@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from . import _kernels
 from ._validate import as_float_array, check_int_in_range, check_real
 
 __all__ = [
@@ -77,21 +78,19 @@ def bernoulli_support(seed: int, p: float, d: int) -> np.ndarray:
     pieces = []
     last = -1.0
     while True:
-        # gaps 1 + floor(E / lambda) as exact integers in float64 (d < 2**53), all in place; the
-        # scale is applied inside the generator's loop. Adding 1 before the floor differs from
-        # adding it after only when E / lambda lies within one ulp below an integer, an event as
-        # rare as the generator's own 2**-53 resolution.
-        pos = gen.exponential(scale, chunk)
-        pos += 1.0
-        np.floor(pos, out=pos)
-        pos[0] += last
-        np.cumsum(pos, out=pos)
-        pieces.append(pos)
-        last = float(pos[-1])
-        if last >= d - 1:
+        # standard exponentials E; one compiled pass turns them, in place, into the positions
+        # last + G_1, last + G_1 + G_2, ... below d as int64, with G = floor(scale * E + 1)
+        # rounded step by step as the numpy definition (gen.exponential(scale), + 1, floor,
+        # cumsum in float64: exact integers as d < 2**53) rounds them, so the same seed gives
+        # the same support (tests/test_encoders.py compares the two). Adding 1 before the floor
+        # differs from adding it after only when E / lambda lies within one ulp below an
+        # integer, an event as rare as the generator's own 2**-53 resolution.
+        e = gen.standard_exponential(chunk)
+        count, last = _kernels.geometric_positions(e, chunk, scale, float(d), last)
+        pieces.append(e.view(np.int64)[:count])
+        if count < chunk or last >= d - 1:
             break
-    out = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
-    return out[: int(np.searchsorted(out, d))].astype(np.int64)
+    return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
 
 def bernoulli_support_varying(seed: int, p: np.ndarray) -> np.ndarray:

@@ -428,8 +428,9 @@ def baseline(plain_build):
 
 # Run in a subprocess (the path is chosen once, at import): the sha256 of every message
 # (to_bytes) and reconstruction of scalar, hexagonal, top-k and identity compressors on
-# float32/float64 inputs (partial vectors, rows longer than a dither block), and of the raw
-# dither streams. argv[1], if given, is another build of the kernels to use instead.
+# float32/float64 inputs (partial vectors, rows longer than a dither block), of the raw
+# dither streams and of the encoders' fixed-order row sums (tests/test_encoders.py checks their
+# order). argv[1], if given, is another build of the kernels to use instead.
 DIGEST_SCRIPT = r"""
 import hashlib, importlib.util, json, sys
 if len(sys.argv) > 1:
@@ -459,6 +460,15 @@ _kernels.dither_words(5, 3, w.size, w)
 ux, uy = np.empty(999), np.empty(999)
 _kernels.hex_dither(5, 17, 999, 0.3, ux, uy)
 out["streams"] = hashlib.sha256(w.tobytes() + ux.tobytes() + uy.tobytes()).hexdigest()
+sums = []
+for dt, t in ((np.float32, 1), (np.float64, 2)):
+    for d in (1, 15, 17, 1237, 40000):
+        g = np.random.default_rng(d)
+        x = (g.standard_normal((5, d)) * 10.0 ** g.integers(-12, 12, (5, d))).astype(dt)
+        s = np.empty(5)
+        _kernels.row_sums(x, t, 5, d, s)
+        sums.append(s)
+out["row_sums"] = hashlib.sha256(np.concatenate(sums).tobytes()).hexdigest()
 print(json.dumps({"path": _kernels.path(), "digests": out}))
 """
 
@@ -498,7 +508,7 @@ def test_forced_path_gives_the_same_bits_as_the_plain_build(path, reference_dige
     _skip_unless_cpu_has(path)
     used, digests = _digests(path)
     assert used == path
-    assert len(digests) == 2 * 3 * 12 + 1
+    assert len(digests) == 2 * 3 * 12 + 2
     assert digests == reference_digests
 
 

@@ -1,7 +1,12 @@
 """Encoders (K1, K2, K5): unbiasedness and MSE by exact enumeration and by Monte Carlo with
 SE-derived tolerances, support laws, determinism, dtypes and numpy/torch parity."""
 
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +18,9 @@ from cvfl_theory import (
     FixedSizeEncoder,
     IndependentEncoder,
     RotatedBinaryEncoder,
+    _kernels,
 )
+from cvfl_theory._validate import row_sums
 from cvfl_theory.sampling import bernoulli_support, k_subset_support
 from cvfl_theory.testing.exact import exact_moments
 from cvfl_theory.testing.strategies import encoder_problems
@@ -201,3 +208,305 @@ def test_torch_generator_is_accepted():
     a = enc.encode(X, rng=torch.Generator().manual_seed(5))
     b = enc.encode(X, rng=torch.Generator().manual_seed(5))
     assert [m.seed for m in a.nodes] == [m.seed for m in b.nodes]
+
+
+# ------------------------------------------------------------------ compiled passes = numpy definitions
+def _numpy_positions(seed, p, d):
+    """K1's geometric-gap support as first written in numpy (the documented stream): gaps
+    1 + floor(E / lambda) from ``gen.exponential``, running sums from -1 in float64, cut at d."""
+    gen = np.random.Generator(np.random.SFC64(seed))
+    chunk = int(d * p + 2.0 * math.sqrt(d * p) + 16)
+    pieces, last = [], -1.0
+    while last < d - 1:
+        pos = gen.exponential(-1.0 / math.log1p(-p), chunk)
+        pos += 1.0
+        np.floor(pos, out=pos)
+        pos[0] += last
+        np.cumsum(pos, out=pos)
+        pieces.append(pos)
+        last = float(pos[-1])
+    out = np.concatenate(pieces)
+    return out[: int(np.searchsorted(out, d))].astype(np.int64)
+
+
+@pytest.mark.parametrize("p", [1e-300, 1e-9, 0.003, 0.1, 0.5, 0.97, 0.999999, 1 - 2**-52])
+@pytest.mark.parametrize("d", [1, 2, 17, 1000, 100_000])
+def test_bernoulli_support_reproduces_the_numpy_definition(p, d):
+    # the compiled pass must give the documented stream's support bit for bit: many seeds,
+    # several chunks (small d: the first chunk often ends below d - 1), p near 0 (gaps beyond
+    # 2**52: an empty support) and near 1 (gaps of 1)
+    for seed in [0, 1, 2**32 - 1, 2**64 - 1, *range(3, 40)]:
+        got = bernoulli_support(seed, p, d)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, _numpy_positions(seed, p, d))
+
+
+def test_encode_values_and_average_reproduce_the_numpy_definitions():
+    # values (X - mu)/p + mu in X's precision on the support, and the average
+    # mean(mu) + sum_i (Y_i - mu_i)/n accumulated node by node in float64, written out in numpy
+    rng = np.random.default_rng(4)
+    for dtype in (np.float32, np.float64):
+        X = (rng.standard_normal((5, 3000)) * 4 + 1).astype(dtype)
+        for mu in ("zero", "mean", 0.5):
+            enc = IndependentEncoder(p=0.3, mu=mu)
+            e = enc.encode(X, rng=11)
+            acc = np.full(X.shape[1], e.centres.mean())
+            for i, m in enumerate(e.nodes):
+                c, v = dtype(m.centre), X[i, m.support].copy()
+                if c:
+                    v -= c
+                v /= dtype(0.3)
+                if c:
+                    v += c
+                np.testing.assert_array_equal(m.values, v)
+                assert m.values.dtype == dtype
+                w = v.astype(np.float64)
+                if m.centre:
+                    w -= m.centre
+                w *= 1.0 / X.shape[0]
+                acc[m.support] += w
+            np.testing.assert_array_equal(enc.average(e), acc.astype(dtype))
+
+
+def test_average_falls_back_for_supports_the_kernel_does_not_take():
+    # int32 or repeated indices in a hand-built message: the numpy path (acc[idx] += v, the last
+    # of repeated indices counting once, as in decode)
+    from cvfl_theory.encoded import Encoded, NodeMessage, average
+
+    vals = np.array([1.0, 2.0, 4.0], dtype=np.float32)
+    for idx in (np.array([0, 2, 3], dtype=np.int32), np.array([3, 0, 3])):
+        e = Encoded("bernoulli", 4, np.dtype(np.float32), (NodeMessage(idx, vals, 0.0, 0),), False)
+        expected = np.zeros(4)
+        expected[idx] += vals
+        np.testing.assert_array_equal(average(e), expected.astype(np.float32))
+
+
+def test_encode_refuses_an_overflow_found_in_the_compiled_pass():
+    X = np.full((1, 4), 3e38, dtype=np.float32)  # every entry overflows once divided by p
+    with pytest.raises(ValueError, match="overflows float32"):
+        IndependentEncoder(p=0.5, mu="zero").encode(X, rng=0)
+
+
+def test_bernoulli_support_over_several_chunks_reproduces_the_numpy_definition():
+    # the first chunk (mean + 2 sd + 16 gaps) falls short of d - 1 for ~1.5% of seeds here: those
+    # draw a second chunk from the same generator, which the compiled pass must continue exactly
+    d, p = 10_000_000, 0.001
+    chunk = int(d * p + 2.0 * math.sqrt(d * p) + 16)
+    short = []
+    for seed in range(1000):
+        gen = np.random.Generator(np.random.SFC64(seed))
+        gaps = np.floor(gen.exponential(-1.0 / math.log1p(-p), chunk) + 1.0)
+        if gaps.sum() - 1 < d - 1:  # the chunk's last position
+            short.append(seed)
+    assert len(short) >= 3
+    for seed in short:
+        np.testing.assert_array_equal(bernoulli_support(seed, p, d), _numpy_positions(seed, p, d))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mu", ["zero", 0.5, "mean", "min"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_x_is_refused_naming_the_first_entry(dtype, mu, bad):
+    # mu="zero" or a given mu: each row is checked in the compiled pass that reads it, with the
+    # same error as the separate check of the other centres
+    X = np.ones((5, 300), dtype=dtype)
+    X[3, 57] = bad
+    X[4, 2] = np.nan
+    with pytest.raises(ValueError, match=r"X must be finite; found .* at index \(3, 57\)"):
+        IndependentEncoder(p=0.2, mu=mu).encode(X, rng=0)
+
+
+def test_sparse_kernels_refuse_wrong_buffers():
+    # private entry points, but a wrong buffer must raise, never read or write out of bounds
+    from cvfl_theory import _kernels
+
+    x = np.ones(10, np.float32)
+    out = np.empty(2, np.float32)
+    with pytest.raises(ValueError, match="not in"):
+        _kernels.sparse_values(x, 1, 10, np.array([3, 10]), 2, 0.0, 0.5, out, False)
+    with pytest.raises(ValueError, match="int64"):
+        _kernels.sparse_values(x, 1, 10, np.array([3, 4], np.int32), 2, 0.0, 0.5, out, False)
+    with pytest.raises(ValueError, match="bytes"):
+        _kernels.sparse_values(x, 1, 11, np.array([3, 4]), 2, 0.0, 0.5, out, False)
+    with pytest.raises(ValueError, match="start"):
+        _kernels.geometric_positions(np.ones(4), 4, 1.0, 10.0, 0.5)
+    with pytest.raises(ValueError, match="format"):
+        _kernels.geometric_positions(np.ones(4, np.float32), 4, 1.0, 10.0, -1.0)
+    acc = np.zeros(5)
+    # not strictly increasing, or out of range: refused (False) and acc untouched
+    for idx in (np.array([1, 1]), np.array([2, 5])):
+        assert not _kernels.scatter_add(acc, 5, idx, 2, out, 1, 0.0, 1.0)
+        assert not acc.any()
+
+
+# ---- the fixed-order row sums behind mu="mean" (the same bits on every machine) ----
+
+
+def _fixed_order_row_sums(X):
+    """The order documented in ``_validate.row_sums``, written out: entry j in float64 lane
+    j mod 16 (lanes from +0, entries of a lane in increasing j), then the lanes halved
+    (a_l + a_{l+h} for l < h, h = 8, 4, 2, 1). Padding with +0 changes no lane: a lane that starts
+    at +0 is never -0. The blocks are added one after another in an explicit loop (numpy's own
+    reductions may be pairwise)."""
+    n, d = X.shape
+    m = -(-d // 16)
+    padded = np.zeros((n, 16 * m))
+    padded[:, :d] = X  # exact widening
+    blocks = padded.reshape(n, m, 16)
+    lanes = np.zeros((n, 16))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for k in range(m):
+            lanes = lanes + blocks[:, k]
+        for h in (8, 4, 2, 1):
+            lanes = lanes[:, :h] + lanes[:, h : 2 * h]
+    return lanes[:, 0]
+
+
+def _assert_same_bits(got, want):
+    assert got.dtype == np.float64 and got.shape == want.shape
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[~np.isnan(want)], want[~np.isnan(want)])
+    assert got[finite].tobytes() == want[finite].tobytes()  # also the sign of a zero
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("d", [1, 3, 15, 16, 17, 31, 33, 100, 1000, 2049])
+def test_row_sums_follow_the_documented_order(dtype, d):
+    g = np.random.default_rng(d)
+    span = 4 if dtype == np.float16 else 12  # a wide range of magnitudes: the order matters
+    X = (g.standard_normal((5, d)) * 10.0 ** g.integers(-span, span, (5, d))).astype(dtype)
+    X[4] = -0.0  # a row of negative zeros sums to +0 (the lanes start at +0)
+    got = row_sums(X)
+    _assert_same_bits(got, _fixed_order_row_sums(X))
+    assert np.signbit(got[4]) == np.False_
+    # any layout or byte order: the same sums
+    _assert_same_bits(row_sums(np.asfortranarray(X)), got)
+    _assert_same_bits(row_sums(X.astype(X.dtype.newbyteorder(">")).view()), got)
+
+
+def test_row_sums_order_is_the_one_tested():
+    # the data above tell orders apart: a plain left-to-right sum gives other bits
+    g = np.random.default_rng(1000)
+    X = g.standard_normal((5, 1000)) * 10.0 ** g.integers(-12, 12, (5, 1000))
+    sequential = np.zeros(5)
+    for j in range(X.shape[1]):
+        sequential = sequential + X[:, j]
+    assert (row_sums(X) != sequential).any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_sums_of_non_finite_rows(dtype):
+    X = np.ones((6, 40), dtype=dtype)
+    X[0, 3] = np.nan
+    X[1, 39] = np.inf
+    X[2, 0] = -np.inf
+    X[3, 5], X[3, 21] = np.inf, -np.inf  # same lane: inf + -inf = NaN
+    X[4, 5], X[4, 22] = np.inf, -np.inf  # other lanes: NaN when the lanes are combined
+    got = row_sums(X)
+    _assert_same_bits(got, _fixed_order_row_sums(X))
+    assert np.isnan(got[[0, 3, 4]]).all() and got[1] == np.inf and got[2] == -np.inf
+    assert got[5] == 40.0
+    if dtype == np.float64:  # finite entries whose float64 sum overflows
+        big = np.full((1, 33), 1e308)
+        assert row_sums(big)[0] == np.inf == _fixed_order_row_sums(big)[0]
+
+
+def test_row_sums_refuses_other_input():
+    with pytest.raises(TypeError, match="float16/32/64"):
+        row_sums(np.ones((2, 3), dtype=np.int64))
+    with pytest.raises(ValueError, match="2-D"):
+        row_sums(np.ones(3))
+    x, out = np.ones((2, 3), np.float32), np.empty(2)
+    with pytest.raises(ValueError, match="bytes"):
+        _kernels.row_sums(x, 1, 2, 4, out)
+    with pytest.raises(ValueError, match="format"):
+        _kernels.row_sums(x, 2, 2, 3, out)
+    with pytest.raises(ValueError, match="bytes"):
+        _kernels.row_sums(x, 1, 2, 3, np.empty(3))
+    with pytest.raises(ValueError, match="size"):
+        _kernels.row_sums(x, 1, -2, 3, out)
+    with pytest.raises(ValueError, match="size"):
+        _kernels.row_sums(x, 1, 2**62, 2**3, out)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_mean_centre_is_the_fixed_order_sum_over_d(dtype):
+    g = np.random.default_rng(5)
+    X = (g.standard_normal((4, 777)) * 10.0 ** g.integers(-3, 3, (4, 777))).astype(dtype)
+    want = (_fixed_order_row_sums(X) / 777).astype(dtype).astype(np.float64)
+    got = IndependentEncoder(p=0.3, mu="mean").centres(X)
+    assert got.tobytes() == want.tobytes()
+    if dtype == np.float64:  # the sum overflows: the same order over the values X / d
+        B = np.full((2, 20), 1.5e307)
+        B[1, ::2] = -1e308
+        want = _fixed_order_row_sums(B / 20)
+        got = FixedSizeEncoder(k=3, mu="mean").centres(B)
+        assert got.tobytes() == want.tobytes() and np.isfinite(got).all()
+
+
+# In a subprocess per configuration (OpenBLAS reads its thread count and our kernels their
+# path at import): the centres and the sha256 of the mu="mean" messages.
+MEAN_SCRIPT = r"""
+import hashlib, json
+import numpy as np
+from cvfl_theory import FixedSizeEncoder, IndependentEncoder, _kernels
+from cvfl_theory.protocols import SeededSparseProtocol, SparseProtocol
+out = {"path": _kernels.path()}
+for dt, r in ((np.float32, 32), (np.float64, 64)):
+    X = (np.random.default_rng(0).standard_normal((100, 10_000)) * 3 + 0.7).astype(dt)
+    for enc in (IndependentEncoder(p=0.01, mu="mean"), FixedSizeEncoder(k=50, mu="mean")):
+        e = enc.encode(X, rng=12345)
+        h = hashlib.sha256()
+        for m in SeededSparseProtocol(r=r).to_bytes(e) + SparseProtocol(r=r).to_bytes(e):
+            h.update(len(m).to_bytes(8, "big") + m)
+        out[f"{enc!r} {np.dtype(dt).name}"] = [h.hexdigest(), e.centres.tobytes().hex()]
+print(json.dumps(out))
+"""
+
+
+def test_mean_messages_do_not_depend_on_blas_threads_or_kernel_path():
+    root = Path(__file__).resolve().parents[1]
+    base = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "CVFL_KERNEL_PATH")
+    }
+    configs = [{"OPENBLAS_NUM_THREADS": "1"}, {"OPENBLAS_NUM_THREADS": "2"}]
+    configs += [{"CVFL_KERNEL_PATH": p} for p in _kernels.paths()]
+    runs = []
+    for cfg in configs:
+        res = subprocess.run(
+            [sys.executable, "-c", MEAN_SCRIPT],
+            capture_output=True,
+            text=True,
+            env={**base, **cfg},
+            cwd=root,
+        )
+        assert res.returncode == 0, res.stderr[-3000:]
+        runs.append(json.loads(res.stdout))
+    used = [r.pop("path") for r in runs]
+    assert used[2:] == _kernels.paths()  # each path was in use where forced
+    for cfg, r in zip(configs, runs):
+        assert r == runs[0], cfg
+    # and the centres are the documented ones
+    for dt in (np.float32, np.float64):
+        X = (np.random.default_rng(0).standard_normal((100, 10_000)) * 3 + 0.7).astype(dt)
+        want = (_fixed_order_row_sums(X) / X.shape[1]).astype(dt).astype(np.float64)
+        for key, (_, centres) in runs[1].items():
+            if key.endswith(np.dtype(dt).name):
+                assert centres == want.tobytes().hex(), key
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_min_centre_of_signed_zeros_is_plus_zero(dtype):
+    # numpy's vectorised minimum returns +0 or -0 for a row holding both, depending on the
+    # position and on the CPU's SIMD level; the centre is +0 whatever they are
+    rows = []
+    for d in (1, 2, 3, 8, 17, 64, 1000):
+        for zero in (0.0, -0.0):
+            for at in (0, d - 1):
+                r = np.full(d, -zero)
+                r[at] = zero
+                rows.append(np.concatenate([r, np.full(1000 - d, 5.0)]))
+    X = np.array(rows, dtype=dtype)
+    c = IndependentEncoder(p=0.5, mu="min").centres(X)
+    assert (c == 0).all() and not np.signbit(c).any()
