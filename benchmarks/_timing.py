@@ -7,6 +7,7 @@ medians means the same on a quiet or a busy machine.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -50,12 +51,42 @@ def paired_ratio(
     return t_fn[mid] / t_base[mid], t_fn[mid], t_base[mid]
 
 
-def cpu_line() -> str:
-    """One line naming the CPU's AVX2/AVX-512 flags (from ``/proc/cpuinfo``)."""
+AVX2_MACHINE_ENV = {
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+    "OPENBLAS_CORETYPE": "Haswell",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "CVFL_KERNEL_PATH": "avx2",
+}
+"""The environment that makes an AVX-512 machine run like an AVX2-only one: numpy without its
+AVX-512 code, OpenBLAS's Haswell kernels, torch's AVX2 kernels and our kernels' AVX2 path (all
+four libraries pick their SIMD code at run time)."""
+
+
+def avx2_env() -> dict[str, str]:
+    """The environment of an ``avx2`` measurement on this machine, replacing ``os.environ``'s.
+
+    On an AVX-512 CPU, :data:`AVX2_MACHINE_ENV` (an AVX2-only machine emulated); elsewhere only
+    the kernel path is forced (the libraries already run their AVX2 code, and numpy refuses to
+    disable features it does not dispatch).
+    """
+    env = {k: v for k, v in os.environ.items() if k not in AVX2_MACHINE_ENV}
+    env.update(AVX2_MACHINE_ENV if "avx512f" in _cpu_flags() else {"CVFL_KERNEL_PATH": "avx2"})
+    return env
+
+
+def _cpu_flags() -> list[str]:
+    """The CPU's flags from ``/proc/cpuinfo`` (empty if it cannot be read)."""
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+            return next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
     except OSError:
+        return []
+
+
+def cpu_line() -> str:
+    """One line naming the CPU's AVX2/AVX-512 flags (from ``/proc/cpuinfo``)."""
+    flags = _cpu_flags()
+    if not flags:
         return "cpu: unknown (no /proc/cpuinfo)"
     has = [name for name in ("avx512f", "avx512dq", "avx2") if name in flags]
     return f"cpu: {', '.join(has) or 'no AVX2/AVX-512'}"

@@ -10,9 +10,9 @@ depends on the instruction sets in use. Each configuration is measured in its ow
 printed side by side:
 
 - ``native``: whatever this machine uses by default;
-- ``avx2``: an AVX2-only machine emulated on an AVX-512 one (numpy without its AVX-512 code,
-  ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR"``, OpenBLAS's Haswell kernels,
-  ``OPENBLAS_CORETYPE=Haswell``, our kernels' AVX2 path, ``CVFL_KERNEL_PATH=avx2``);
+- ``avx2``: an AVX2-only machine emulated on an AVX-512 one (``_timing.AVX2_MACHINE_ENV``: numpy
+  without its AVX-512 code, ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR"``,
+  OpenBLAS's Haswell kernels, torch's AVX2 kernels, our kernels' AVX2 path);
 - ``avx512``: numpy and OpenBLAS defaults with ``CVFL_KERNEL_PATH=avx512``, when the CPU has it
   (otherwise ``not measurable here``).
 """
@@ -26,7 +26,7 @@ import subprocess
 import sys
 
 import numpy as np
-from _timing import cpu_line, paired_ratio, verdict
+from _timing import AVX2_MACHINE_ENV, avx2_env, cpu_line, paired_ratio, verdict
 
 import cvfl_theory
 from cvfl_theory import IndependentEncoder, _kernels
@@ -37,11 +37,7 @@ SHAPE = (100, 100_000)
 P = 0.1
 CONFIGS: dict[str, dict[str, str]] = {
     "native": {},
-    "avx2": {
-        "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
-        "OPENBLAS_CORETYPE": "Haswell",
-        "CVFL_KERNEL_PATH": "avx2",
-    },
+    "avx2": AVX2_MACHINE_ENV,
     "avx512": {"CVFL_KERNEL_PATH": "avx512"},
 }
 NEEDS = {"avx2": "avx2", "avx512": "avx512"}  # the kernel path a configuration needs
@@ -95,8 +91,11 @@ def measure() -> dict:
 
 def _measure_config(name: str) -> dict:
     """:func:`measure` in a subprocess with the configuration's environment."""
-    env = {k: v for k, v in os.environ.items() if k not in CONFIGS["avx2"]}
-    env.update(CONFIGS[name])
+    if name == "avx2":
+        env = avx2_env()
+    else:
+        env = {k: v for k, v in os.environ.items() if k not in AVX2_MACHINE_ENV}
+        env.update(CONFIGS[name])
     cmd = [sys.executable, os.path.abspath(__file__), "--worker"]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if res.returncode != 0:
