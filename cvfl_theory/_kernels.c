@@ -1850,11 +1850,12 @@ static ALWAYS_INLINE Py_ssize_t K(hex_nearest_vec)(const double *X, const double
         __m256d d0 = _mm256_add_pd(_mm256_mul_pd(dx0, dx0), _mm256_mul_pd(three, _mm256_mul_pd(dy0, dy0)));
         __m256d d1 = _mm256_add_pd(_mm256_mul_pd(dx1, dx1), _mm256_mul_pd(three, _mm256_mul_pd(dy1, dy1)));
         __m256i use1 = _mm256_castpd_si256(_mm256_cmp_pd(d1, d0, _CMP_LT_OQ));
-        /* low int32 of each lane: m0, n0, m1, n1; i = m - n, j = 2n (+1 for the second coset) */
+        /* low int32 of each lane: m0, n0, m1, n1; i = m - n, j = 2n (+1 for the second coset),
+           m and n of the closer coset selected first (one subtraction instead of two) */
         __m256i m0 = _mm256_castpd_si256(rx0), n0 = _mm256_castpd_si256(ry0);
         __m256i m1 = _mm256_castpd_si256(rx1), n1 = _mm256_castpd_si256(ry1);
-        __m256i i = _mm256_blendv_epi8(_mm256_sub_epi32(m0, n0), _mm256_sub_epi32(m1, n1), use1);
         __m256i j = _mm256_blendv_epi8(n0, n1, use1);
+        __m256i i = _mm256_sub_epi32(_mm256_blendv_epi8(m0, m1, use1), j);
         j = _mm256_sub_epi32(_mm256_add_epi32(j, j), use1);
         i = _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(i, i0), zero), imax);
         j = _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(j, j0), zero), jmax);
@@ -2124,7 +2125,18 @@ DEFINE_HEX_LOAD(K(hex_load_u16), uint16_t)
    index stores 8%, index loads 3%. Each loop now runs near the vector throughput of its
    float64 operations, which are fixed (same operations, same order, no FMA: the same bits on
    every path); AVX2 executes them 4 wide against AVX-512's 8, without masked selects and
-   without the 64-bit rotate (vprolq) the stream uses on AVX-512. */
+   without the 64-bit rotate (vprolq) the stream uses on AVX-512.
+   Second pass (main-thread CPU time of 150 calls, medians, three interleaved runs per build,
+   same machine): decompress on AVX2 computes the dither inside the reconstruction loop
+   (hex_out_w: ux, uy never go through memory) and hex_dither8 spends two fewer integer
+   operations, and the nearest point one fewer subtraction: AVX2 compress 2.19 -> 2.17 ms,
+   decompress 1.24 -> 1.18 ms, compress + decompress 3.51 -> 3.38 ms (-4%); AVX-512 unchanged
+   (2.62 -> 2.60 ms, noise). Tried and dropped, all on AVX2: hex_in and the dither fused into
+   the nearest-point loop (slower: 2.55 ms compress; each iteration's dependency chain, about
+   80 cycles from the input to the table lookup, and the spills of 16 ymm registers leave too
+   few iterations in flight), four scalar table lookups instead of vpgatherdd (slower, 2.40),
+   the lookup moved to a separate loop (no gain), hex_load_u8 fused into hex_out_w (no gain,
+   1.17-1.21 against 1.18 ms). What is left is the float64 work itself, fixed by the bits. */
 
 /* The whole hexagonal quantizer, in chunks of HB consecutive pairs of the row-major pair array
    (a chunk may hold several rows, and a row may span chunks), each phase a simple loop: the
