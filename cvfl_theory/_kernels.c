@@ -1732,9 +1732,13 @@ static inline void K(hex_dither)(uint64_t w, double a25, double c24, double *ux,
 #if HEX_X86 && VL == 4
 /* hex_dither of the 8 pairs w[0 .. 8), 8 int32 lanes: the low halves of w0 w1 | w4 w5 and of
    w2 w3 | w6 w7 (two 16-byte loads each) are one in-lane shuffle away from the 8 low halves in
-   order, likewise the high halves (the compiler's code for the plain loop used 10 shuffles). */
-static ALWAYS_INLINE void K(hex_dither8)(const uint64_t *w, __m256d a25, __m256d c24,
-                                         double *ux, double *uy) {
+   order, likewise the high halves (the compiler's code for the plain loop used 10 shuffles).
+   The same integers in two fewer operations: g = ((x ^ f) > (y ^ f)), which is d > 0 (x ^ f is
+   -x - 1 where f is set; x = y gives 0 either way), and 2x + y after the move is
+   t1 - 2 cx N - cy N. */
+static ALWAYS_INLINE void K(hex_dither8r)(const uint64_t *w, __m256d a25, __m256d c24,
+                                          __m256d *ux0, __m256d *ux1, __m256d *uy0,
+                                          __m256d *uy1) {
     const __m256i one = _mm256_set1_epi32(1 << 24), two = _mm256_set1_epi32(2 << 24);
     const __m256i bit = _mm256_set1_epi32(1);
 #define LOAD2(i, j)                                                                             \
@@ -1751,24 +1755,43 @@ static ALWAYS_INLINE void K(hex_dither8)(const uint64_t *w, __m256d a25, __m256d
     __m256i f = _mm256_cmpgt_epi32(s, one);
     __m256i o = _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_max_epi32(t1, t2), one),
                                  _mm256_cmpgt_epi32(two, _mm256_min_epi32(t1, t2)));
-    __m256i d = _mm256_sub_epi32(_mm256_xor_si256(_mm256_sub_epi32(x, y), f), f);
-    __m256i g = _mm256_cmpgt_epi32(d, _mm256_setzero_si256());
-    x = _mm256_sub_epi32(x, _mm256_and_si256(_mm256_xor_si256(_mm256_and_si256(o, g), f), one));
-    y = _mm256_sub_epi32(y, _mm256_and_si256(_mm256_xor_si256(_mm256_andnot_si256(g, o), f), one));
-    __m256i sx = _mm256_add_epi32(_mm256_add_epi32(x, x), y);
-    _mm256_storeu_pd(ux, _mm256_mul_pd(a25, _mm256_cvtepi32_pd(_mm256_castsi256_si128(sx))));
-    _mm256_storeu_pd(ux + 4, _mm256_mul_pd(a25, _mm256_cvtepi32_pd(_mm256_extracti128_si256(sx, 1))));
-    _mm256_storeu_pd(uy, _mm256_mul_pd(c24, _mm256_cvtepi32_pd(_mm256_castsi256_si128(y))));
-    _mm256_storeu_pd(uy + 4, _mm256_mul_pd(c24, _mm256_cvtepi32_pd(_mm256_extracti128_si256(y, 1))));
+    __m256i g = _mm256_cmpgt_epi32(_mm256_xor_si256(x, f), _mm256_xor_si256(y, f));
+    __m256i cx2 = _mm256_and_si256(_mm256_xor_si256(_mm256_and_si256(o, g), f), two);
+    __m256i cy = _mm256_and_si256(_mm256_xor_si256(_mm256_andnot_si256(g, o), f), one);
+    y = _mm256_sub_epi32(y, cy);
+    __m256i sx = _mm256_sub_epi32(_mm256_sub_epi32(t1, cx2), cy);
+    *ux0 = _mm256_mul_pd(a25, _mm256_cvtepi32_pd(_mm256_castsi256_si128(sx)));
+    *ux1 = _mm256_mul_pd(a25, _mm256_cvtepi32_pd(_mm256_extracti128_si256(sx, 1)));
+    *uy0 = _mm256_mul_pd(c24, _mm256_cvtepi32_pd(_mm256_castsi256_si128(y)));
+    *uy1 = _mm256_mul_pd(c24, _mm256_cvtepi32_pd(_mm256_extracti128_si256(y, 1)));
+}
+
+/* hex_dither8r stored: ux[0 .. 8), uy[0 .. 8). */
+static ALWAYS_INLINE void K(hex_dither8)(const uint64_t *w, __m256d a25, __m256d c24,
+                                         double *ux, double *uy) {
+    __m256d ux0, ux1, uy0, uy1;
+    K(hex_dither8r)(w, a25, c24, &ux0, &ux1, &uy0, &uy1);
+    _mm256_storeu_pd(ux, ux0);
+    _mm256_storeu_pd(ux + 4, ux1);
+    _mm256_storeu_pd(uy, uy0);
+    _mm256_storeu_pd(uy + 4, uy1);
 }
 #endif
+
+/* The dither's scales a25 = a 2^-25 and c24 = (a sqrt3/2) 2^-24 (exact scalings, see
+   hex_dither). */
+static inline void K(hex_dither_scales)(double a, double *a25, double *c24) {
+    *a25 = a * 0x1p-25;
+    *c24 = (a * (SQRT3 / 2.0)) * 0x1p-24;
+}
 
 /* Dither of the next n pairs (Cartesian, unit box) into ux, uy: one stream word per pair. */
 NOINLINE static void K(hex_dither_block)(stream_t *st, Py_ssize_t n, double a, double *RESTRICT ux,
                              double *RESTRICT uy) {
     uint64_t w[HB];
     K(stream_words)(st, w, n);
-    const double a25 = a * 0x1p-25, c24 = (a * (SQRT3 / 2.0)) * 0x1p-24; /* exact scalings */
+    double a25, c24;
+    K(hex_dither_scales)(a, &a25, &c24);
     Py_ssize_t p = 0;
 #if HEX_X86 && VL == 4 /* AVX-512: the compiler's 16-lane loop is faster */
     for (; p + 8 <= n; p += 8)
@@ -1827,11 +1850,12 @@ static ALWAYS_INLINE Py_ssize_t K(hex_nearest_vec)(const double *X, const double
         __m256d d0 = _mm256_add_pd(_mm256_mul_pd(dx0, dx0), _mm256_mul_pd(three, _mm256_mul_pd(dy0, dy0)));
         __m256d d1 = _mm256_add_pd(_mm256_mul_pd(dx1, dx1), _mm256_mul_pd(three, _mm256_mul_pd(dy1, dy1)));
         __m256i use1 = _mm256_castpd_si256(_mm256_cmp_pd(d1, d0, _CMP_LT_OQ));
-        /* low int32 of each lane: m0, n0, m1, n1; i = m - n, j = 2n (+1 for the second coset) */
+        /* low int32 of each lane: m0, n0, m1, n1; i = m - n, j = 2n (+1 for the second coset),
+           m and n of the closer coset selected first (one subtraction instead of two) */
         __m256i m0 = _mm256_castpd_si256(rx0), n0 = _mm256_castpd_si256(ry0);
         __m256i m1 = _mm256_castpd_si256(rx1), n1 = _mm256_castpd_si256(ry1);
-        __m256i i = _mm256_blendv_epi8(_mm256_sub_epi32(m0, n0), _mm256_sub_epi32(m1, n1), use1);
         __m256i j = _mm256_blendv_epi8(n0, n1, use1);
+        __m256i i = _mm256_sub_epi32(_mm256_blendv_epi8(m0, m1, use1), j);
         j = _mm256_sub_epi32(_mm256_add_epi32(j, j), use1);
         i = _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(i, i0), zero), imax);
         j = _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(j, j0), zero), jmax);
@@ -1880,12 +1904,12 @@ static inline void K(hex_segment)(Py_ssize_t g0, Py_ssize_t q, Py_ssize_t nchunk
 }
 
 #if HEX_X86
-/* The reconstructions of pairs p .. p + 3 as r0 = pairs p, p + 2 and r1 = pairs p + 1, p + 3
-   (each pair's (x, y) in a 128-bit half): codeword k is one 16-byte load of pxy. */
-static ALWAYS_INLINE void K(hex_out4)(const int32_t *k, const double *ux, const double *uy,
+/* The reconstructions of pairs p .. p + 3 (dithers vx, vy) as r0 = pairs p, p + 2 and
+   r1 = pairs p + 1, p + 3 (each pair's (x, y) in a 128-bit half): codeword k is one 16-byte
+   load of pxy. */
+static ALWAYS_INLINE void K(hex_out4)(const int32_t *k, __m256d vx, __m256d vy,
                                       const double *pxy, __m256d sp, __m256d md, __m256d *r0,
                                       __m256d *r1) {
-    __m256d vx = _mm256_loadu_pd(ux), vy = _mm256_loadu_pd(uy);
 #define PAIR2(i, j)                                                                             \
     _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(pxy + 2 * (Py_ssize_t)k[i])),       \
                          _mm_loadu_pd(pxy + 2 * (Py_ssize_t)k[j]), 1)
@@ -1895,38 +1919,38 @@ static ALWAYS_INLINE void K(hex_out4)(const int32_t *k, const double *ux, const 
     *r1 = _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(c1, _mm256_unpackhi_pd(vx, vy)), sp), md);
 }
 
-static ALWAYS_INLINE Py_ssize_t K(hex_out_vec_f32)(const int32_t *k, const double *ux,
-                                                   const double *uy, Py_ssize_t m,
-                                                   const double *pxy, double sp, double md,
-                                                   float *y) {
-    const __m256d vsp = _mm256_set1_pd(sp), vmd = _mm256_set1_pd(md);
-    Py_ssize_t p = 0;
-    for (; p + 4 <= m; p += 4) {
-        __m256d r0, r1;
-        K(hex_out4)(k + p, ux + p, uy + p, pxy, vsp, vmd, &r0, &r1);
-        __m128d f0 = _mm_castps_pd(_mm256_cvtpd_ps(r0)), f1 = _mm_castps_pd(_mm256_cvtpd_ps(r1));
-        _mm_storeu_pd((double *)(y + 2 * p), _mm_unpacklo_pd(f0, f1)); /* 4 floats: pairs p, p+1 */
-        _mm_storeu_pd((double *)(y + 2 * p + 4), _mm_unpackhi_pd(f0, f1));
-    }
-    return p;
+/* Store hex_out4's r0, r1: the 8 outputs of pairs 0 .. 3 at y. */
+static ALWAYS_INLINE void K(hex_store4_f32)(float *y, __m256d r0, __m256d r1) {
+    __m128d f0 = _mm_castps_pd(_mm256_cvtpd_ps(r0)), f1 = _mm_castps_pd(_mm256_cvtpd_ps(r1));
+    _mm_storeu_pd((double *)y, _mm_unpacklo_pd(f0, f1)); /* 4 floats: pairs 0, 1 */
+    _mm_storeu_pd((double *)(y + 4), _mm_unpackhi_pd(f0, f1));
 }
 
-static ALWAYS_INLINE Py_ssize_t K(hex_out_vec_f64)(const int32_t *k, const double *ux,
-                                                   const double *uy, Py_ssize_t m,
-                                                   const double *pxy, double sp, double md,
-                                                   double *y) {
-    const __m256d vsp = _mm256_set1_pd(sp), vmd = _mm256_set1_pd(md);
-    Py_ssize_t p = 0;
-    for (; p + 4 <= m; p += 4) {
-        __m256d r0, r1;
-        K(hex_out4)(k + p, ux + p, uy + p, pxy, vsp, vmd, &r0, &r1);
-        _mm_storeu_pd(y + 2 * p, _mm256_castpd256_pd128(r0));
-        _mm_storeu_pd(y + 2 * p + 2, _mm256_castpd256_pd128(r1));
-        _mm_storeu_pd(y + 2 * p + 4, _mm256_extractf128_pd(r0, 1));
-        _mm_storeu_pd(y + 2 * p + 6, _mm256_extractf128_pd(r1, 1));
-    }
-    return p;
+static ALWAYS_INLINE void K(hex_store4_f64)(double *y, __m256d r0, __m256d r1) {
+    _mm_storeu_pd(y, _mm256_castpd256_pd128(r0));
+    _mm_storeu_pd(y + 2, _mm256_castpd256_pd128(r1));
+    _mm_storeu_pd(y + 4, _mm256_extractf128_pd(r0, 1));
+    _mm_storeu_pd(y + 6, _mm256_extractf128_pd(r1, 1));
 }
+
+#define DEFINE_HEX_OUT_VEC(T, YT)                                                               \
+    static ALWAYS_INLINE Py_ssize_t K(hex_out_vec_##T)(const int32_t *k, const double *ux,     \
+                                                       const double *uy, Py_ssize_t m,         \
+                                                       const double *pxy, double sp,           \
+                                                       double md, YT *y) {                     \
+        const __m256d vsp = _mm256_set1_pd(sp), vmd = _mm256_set1_pd(md);                      \
+        Py_ssize_t p = 0;                                                                      \
+        for (; p + 4 <= m; p += 4) {                                                           \
+            __m256d r0, r1;                                                                    \
+            K(hex_out4)(k + p, _mm256_loadu_pd(ux + p), _mm256_loadu_pd(uy + p), pxy, vsp,     \
+                        vmd, &r0, &r1);                                                        \
+            K(hex_store4_##T)(y + 2 * p, r0, r1);                                              \
+        }                                                                                      \
+        return p;                                                                              \
+    }
+DEFINE_HEX_OUT_VEC(f32, float)
+DEFINE_HEX_OUT_VEC(f64, double)
+#undef DEFINE_HEX_OUT_VEC
 #undef HEX_OUT_VEC
 #define HEX_OUT_VEC(T, k, ux, uy, m, pxy, sp, md, y) K(hex_out_vec_##T)(k, ux, uy, m, pxy, sp, md, y)
 #else
@@ -1953,6 +1977,45 @@ static ALWAYS_INLINE Py_ssize_t K(hex_out_vec_f64)(const int32_t *k, const doubl
 
 DEFINE_HEX_OUT(K(hex_out_f32), float, f32)
 DEFINE_HEX_OUT(K(hex_out_f64), double, f64)
+
+#undef HEX_FUSE_OUT
+#if HEX_X86 && VL == 4
+#define HEX_FUSE_OUT 1
+/* hex_out with the dither computed from the stream words w on the way (decompress on AVX2):
+   the same dither (hex_dither8r, hex_dither) and the same reconstruction, without the round
+   trip of ux, uy through memory; a = the lattice's minimum distance. */
+#define DEFINE_HEX_OUT_W(NAME, YT, T)                                                           \
+    NOINLINE                                                                                   \
+    static void NAME(const int32_t *RESTRICT k, const uint64_t *RESTRICT w, Py_ssize_t n,      \
+                     Py_ssize_t half, const hexcode *hc, double sp, double md, YT *RESTRICT y) {\
+        const double *RESTRICT pxy = hc->pxy;                                                  \
+        const Py_ssize_t m = n < half ? n : half;                                              \
+        double a25, c24;                                                                       \
+        K(hex_dither_scales)(hc->a, &a25, &c24);                                               \
+        const __m256d va25 = _mm256_set1_pd(a25), vc24 = _mm256_set1_pd(c24);                 \
+        const __m256d vsp = _mm256_set1_pd(sp), vmd = _mm256_set1_pd(md);                      \
+        Py_ssize_t p = 0;                                                                      \
+        for (; p + 8 <= m; p += 8) {                                                           \
+            __m256d ux0, ux1, uy0, uy1, r0, r1;                                                \
+            K(hex_dither8r)(w + p, va25, vc24, &ux0, &ux1, &uy0, &uy1);                        \
+            K(hex_out4)(k + p, ux0, uy0, pxy, vsp, vmd, &r0, &r1);                             \
+            K(hex_store4_##T)(y + 2 * p, r0, r1);                                              \
+            K(hex_out4)(k + p + 4, ux1, uy1, pxy, vsp, vmd, &r0, &r1);                         \
+            K(hex_store4_##T)(y + 2 * p + 8, r0, r1);                                          \
+        }                                                                                      \
+        for (; p < n; p++) {                                                                   \
+            double ux, uy;                                                                     \
+            K(hex_dither)(w[p], a25, c24, &ux, &uy);                                           \
+            y[2 * p] = (YT)((pxy[2 * k[p]] - ux) * sp + md);                                   \
+            if (p < m) y[2 * p + 1] = (YT)((pxy[2 * k[p] + 1] - uy) * sp + md);                \
+        }                                                                                      \
+    }
+
+DEFINE_HEX_OUT_W(K(hex_out_w_f32), float, f32)
+DEFINE_HEX_OUT_W(K(hex_out_w_f64), double, f64)
+#else
+#define HEX_FUSE_OUT 0
+#endif
 
 #undef HEX_IN_VEC
 #undef HEX_IN_VEC_f32
@@ -2062,7 +2125,18 @@ DEFINE_HEX_LOAD(K(hex_load_u16), uint16_t)
    index stores 8%, index loads 3%. Each loop now runs near the vector throughput of its
    float64 operations, which are fixed (same operations, same order, no FMA: the same bits on
    every path); AVX2 executes them 4 wide against AVX-512's 8, without masked selects and
-   without the 64-bit rotate (vprolq) the stream uses on AVX-512. */
+   without the 64-bit rotate (vprolq) the stream uses on AVX-512.
+   Second pass (main-thread CPU time of 150 calls, medians, three interleaved runs per build,
+   same machine): decompress on AVX2 computes the dither inside the reconstruction loop
+   (hex_out_w: ux, uy never go through memory) and hex_dither8 spends two fewer integer
+   operations, and the nearest point one fewer subtraction: AVX2 compress 2.19 -> 2.17 ms,
+   decompress 1.24 -> 1.18 ms, compress + decompress 3.51 -> 3.38 ms (-4%); AVX-512 unchanged
+   (2.62 -> 2.60 ms, noise). Tried and dropped, all on AVX2: hex_in and the dither fused into
+   the nearest-point loop (slower: 2.55 ms compress; each iteration's dependency chain, about
+   80 cycles from the input to the table lookup, and the spills of 16 ymm registers leave too
+   few iterations in flight), four scalar table lookups instead of vpgatherdd (slower, 2.40),
+   the lookup moved to a separate loop (no gain), hex_load_u8 fused into hex_out_w (no gain,
+   1.17-1.21 against 1.18 ms). What is left is the float64 work itself, fixed by the bits. */
 
 /* The whole hexagonal quantizer, in chunks of HB consecutive pairs of the row-major pair array
    (a chunk may hold several rows, and a row may span chunks), each phase a simple loop: the
@@ -2079,6 +2153,12 @@ static void K(hex_run)(const void *x, int xt, Py_ssize_t B, Py_ssize_t P, int ro
     int32_t k[HB];
     stream_t st;
     K(hexnear) nc;
+    uint64_t w[HB]; /* the stream words of a chunk, when hex_out_w computes the dither */
+#if HEX_FUSE_OUT
+    const int fuse_out = dither && x == NULL && y != NULL; /* decompress: see hex_out_w */
+#else
+    const int fuse_out = 0;
+#endif
     K(stream_init)(&st, seed);
     K(hex_near_consts)(hc, &nc);
     counts[0] = counts[1] = 0;
@@ -2092,7 +2172,9 @@ static void K(hex_run)(const void *x, int xt, Py_ssize_t B, Py_ssize_t P, int ro
     for (Py_ssize_t g0 = 0; g0 < total; g0 += HB) {
         const Py_ssize_t nchunk = total - g0 < HB ? total - g0 : HB;
         Py_ssize_t b, p0, n;
-        if (dither) {
+        if (fuse_out) {
+            K(stream_words)(&st, w, nchunk); /* the dither: in hex_out_w */
+        } else if (dither) {
             K(hex_dither_block)(&st, nchunk, hc->a, ux, uy);
         } else {
             memset(ux, 0, (size_t)nchunk * sizeof(double));
@@ -2127,6 +2209,15 @@ static void K(hex_run)(const void *x, int xt, Py_ssize_t B, Py_ssize_t P, int ro
             K(hex_segment)(g0, q, nchunk, npairs, &b, &p0, &n);
             if (p0 == 0 || q == 0) /* the row's range: given, or computed above (rowmode) */
                 K(hex_consts)(ROW(lo, b), ROW(hi, b), &s, &sp, &md);
+#if HEX_FUSE_OUT
+            if (fuse_out && yt == T_F32)
+                K(hex_out_w_f32)(k + q, w + q, n, P / 2 - p0, hc, sp, md,
+                                 (float *)y + b * P + 2 * p0);
+            else if (fuse_out)
+                K(hex_out_w_f64)(k + q, w + q, n, P / 2 - p0, hc, sp, md,
+                                 (double *)y + b * P + 2 * p0);
+            else
+#endif
             if (yt == T_F32)
                 K(hex_out_f32)(k + q, ux + q, uy + q, n, P / 2 - p0, hc, sp, md,
                                (float *)y + b * P + 2 * p0);
