@@ -7,9 +7,13 @@ medians means the same on a quiet or a busy machine.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def median_time(fn: Callable[[], object], repeats: int = 7, warmup: int = 1) -> float:
@@ -62,16 +66,28 @@ AVX-512 code, OpenBLAS's Haswell kernels, torch's AVX2 kernels and our kernels' 
 four libraries pick their SIMD code at run time)."""
 
 
-def avx2_env() -> dict[str, str]:
-    """The environment of an ``avx2`` measurement on this machine, replacing ``os.environ``'s.
+def kernel_env(path: str | None) -> dict[str, str]:
+    """The environment of a measurement on kernel ``path`` (``None``: this machine's defaults).
 
-    On an AVX-512 CPU, :data:`AVX2_MACHINE_ENV` (an AVX2-only machine emulated); elsewhere only
-    the kernel path is forced (the libraries already run their AVX2 code, and numpy refuses to
-    disable features it does not dispatch).
+    ``"avx2"`` on an AVX-512 CPU is :data:`AVX2_MACHINE_ENV` (an AVX2-only machine emulated);
+    elsewhere only the kernel path is forced (the libraries already run their AVX2 code, and
+    numpy refuses to disable features it does not dispatch).
     """
     env = {k: v for k, v in os.environ.items() if k not in AVX2_MACHINE_ENV}
-    env.update(AVX2_MACHINE_ENV if "avx512f" in _cpu_flags() else {"CVFL_KERNEL_PATH": "avx2"})
+    if path == "avx2" and "avx512f" in _cpu_flags():
+        env.update(AVX2_MACHINE_ENV)
+    elif path is not None:
+        env["CVFL_KERNEL_PATH"] = path
     return env
+
+
+def worker_json(script: str, args: list[str], env: dict[str, str], label: str) -> Any:
+    """Run ``python script --worker *args`` in ``env`` and parse the JSON it prints."""
+    cmd = [sys.executable, os.path.abspath(script), "--worker", *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"the {label} run failed:\n{res.stderr[-2000:]}")
+    return json.loads(res.stdout)
 
 
 def _cpu_flags() -> list[str]:

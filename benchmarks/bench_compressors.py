@@ -19,7 +19,7 @@ The kernels (``cvfl_theory/_kernels.c``) have three paths chosen at import: ``av
 measured in its own subprocess (same cases, same interleaving) and printed side by side; the
 header says which path this machine uses by default. On an AVX-512 CPU the ``avx2`` column runs
 as an AVX2-only machine would: numpy, OpenBLAS and torch are kept off their AVX-512 code too
-(``_timing.avx2_env``), so the clone baseline is an AVX2 machine's as well. The targets hold for
+(``_timing.kernel_env``), so the clone baseline is an AVX2 machine's as well. The targets hold for
 ``avx512`` and ``avx2``: a miss is ``MISS`` (both the wall and the CPU ratio above the target), a path this
 CPU lacks is ``not measurable here``; ``portable`` has no target.
 
@@ -32,13 +32,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 
 import numpy as np
-from _timing import AVX2_MACHINE_ENV, avx2_env, cpu_line
+from _timing import cpu_line, kernel_env, worker_json
 
 import cvfl_theory
 from cvfl_theory import _kernels
@@ -124,16 +123,7 @@ def measure(repeats: int) -> list[dict[str, object]]:
 
 def _measure_path(path: str, repeats: int) -> list[dict[str, object]]:
     """``measure`` in a subprocess forced onto ``path`` (the path is chosen at import)."""
-    if path == "avx2":
-        env = avx2_env()
-    else:
-        env = {k: v for k, v in os.environ.items() if k not in AVX2_MACHINE_ENV}
-        env["CVFL_KERNEL_PATH"] = path
-    cmd = [sys.executable, __file__, "--worker", "--repeats", str(repeats)]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if res.returncode != 0:
-        raise RuntimeError(f"the {path} run failed:\n{res.stderr[-2000:]}")
-    return json.loads(res.stdout)
+    return worker_json(__file__, ["--repeats", str(repeats)], kernel_env(path), path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ depends on the instruction sets in use. Each configuration is measured in its ow
 printed side by side:
 
 - ``native``: whatever this machine uses by default;
-- ``avx2``: an AVX2-only machine emulated on an AVX-512 one (``_timing.AVX2_MACHINE_ENV``: numpy
+- ``avx2``: an AVX2-only machine emulated on an AVX-512 one (``_timing.kernel_env``: numpy
   without its AVX-512 code, ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR"``,
   OpenBLAS's Haswell kernels, torch's AVX2 kernels, our kernels' AVX2 path);
 - ``avx512``: numpy and OpenBLAS defaults with ``CVFL_KERNEL_PATH=avx512``, when the CPU has it
@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 
 import numpy as np
-from _timing import AVX2_MACHINE_ENV, avx2_env, cpu_line, paired_ratio, verdict
+from _timing import cpu_line, kernel_env, paired_ratio, verdict, worker_json
 
 import cvfl_theory
 from cvfl_theory import IndependentEncoder, _kernels
@@ -35,12 +33,8 @@ from cvfl_theory.protocols import SeededSparseProtocol
 TARGET = 3.0
 SHAPE = (100, 100_000)
 P = 0.1
-CONFIGS: dict[str, dict[str, str]] = {
-    "native": {},
-    "avx2": AVX2_MACHINE_ENV,
-    "avx512": {"CVFL_KERNEL_PATH": "avx512"},
-}
-NEEDS = {"avx2": "avx2", "avx512": "avx512"}  # the kernel path a configuration needs
+CONFIGS: dict[str, str | None] = {"native": None, "avx2": "avx2", "avx512": "avx512"}
+"""Each configuration's kernel path (``_timing.kernel_env``; ``None``: the machine's defaults)."""
 
 
 def _numpy_simd() -> str:
@@ -91,16 +85,7 @@ def measure() -> dict:
 
 def _measure_config(name: str) -> dict:
     """:func:`measure` in a subprocess with the configuration's environment."""
-    if name == "avx2":
-        env = avx2_env()
-    else:
-        env = {k: v for k, v in os.environ.items() if k not in AVX2_MACHINE_ENV}
-        env.update(CONFIGS[name])
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker"]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if res.returncode != 0:
-        raise RuntimeError(f"the {name} run failed:\n{res.stderr[-2000:]}")
-    return json.loads(res.stdout)
+    return worker_json(__file__, [], kernel_env(CONFIGS[name]), name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         name: _measure_config(name)
         for name in CONFIGS
-        if name not in NEEDS or NEEDS[name] in available
+        if CONFIGS[name] is None or CONFIGS[name] in available
     }
     cell = 30
     print(f"{'case':<38}" + "".join(f" | {name:<{cell}}" for name in CONFIGS))
