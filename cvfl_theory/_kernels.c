@@ -1,12 +1,15 @@
 #ifndef CVFL_BODY
 /*
- * cvfl_theory._kernels -- the compressors' elementwise kernels (THEORY C5.1, C5.2, C5.4).
+ * cvfl_theory._kernels -- the compressors' elementwise kernels (THEORY C5.1, C5.2, C5.4), and
+ * those of the sparse encoders and their fixed-order row sums (THEORY K1, K3; see "sparse
+ * encoders" and "fixed-order row sums" below).
  *
  * One implementation of each kernel, for float32 and float64 data, fused so that every entry is
  * read and written once: the shared dither is generated on the fly from a counter (no stored
- * stream), and all arithmetic is in float64 with one final rounding to the output dtype. The
- * Python side (cvfl_theory.compressors) validates the arguments; these functions check only
- * buffer sizes and contiguity (a mismatch raises ValueError/BufferError, never a crash).
+ * stream), and the compressors' arithmetic is in float64 with one final rounding to the output
+ * dtype. The Python side (cvfl_theory.compressors, encoders, encoded, sampling) validates the
+ * arguments; these functions check only buffer sizes and contiguity (a mismatch raises
+ * ValueError/BufferError, never a crash).
  *
  * Shared dither (the definition both sides follow):
  *   stream: xoshiro256** on 16 lanes; lane l starts from the SplitMix64 outputs
@@ -62,6 +65,10 @@ static inline int CTZ64(uint64_t x) { /* x != 0 */
 
 #define GAMMA 0x9E3779B97F4A7C15ULL
 #define BLOCK 2048 /* entries per dither block (scratch on the stack) */
+/* float64 bits: 2^19 + 2^-33, to which 2w adds U = (w + 1/2) 2^-32 (see dither_v), and
+   2^19 + 1/2, to which k << 33 adds the integer k (see sdq_vec). */
+#define BITS_2P19_U0 0x4120000000000001LL
+#define BITS_2P19_HALF 0x4120000100000000LL
 
 static inline uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -87,7 +94,7 @@ typedef struct {
 /* ------------------------------------------------------------------------------------------- */
 /* buffer helpers                                                                              */
 
-enum { T_NONE = 0, T_F32 = 1, T_F64 = 2, T_U8 = 3, T_U16 = 4, T_I32 = 5 };
+enum { T_NONE = 0, T_F32 = 1, T_F64 = 2, T_U8 = 3, T_U16 = 4, T_I32 = 5, T_I64 = 6 };
 
 static Py_ssize_t type_size(int t) {
     switch (t) {
@@ -96,7 +103,20 @@ static Py_ssize_t type_size(int t) {
     case T_U8: return 1;
     case T_U16: return 2;
     case T_I32: return 4;
+    case T_I64: return 8;
     default: return 0;
+    }
+}
+
+static const char *type_name(int t) {
+    switch (t) {
+    case T_F32: return "float32";
+    case T_F64: return "float64";
+    case T_U8: return "uint8";
+    case T_U16: return "uint16";
+    case T_I32: return "int32 or uint32";
+    case T_I64: return "int64";
+    default: return "?";
     }
 }
 
@@ -114,6 +134,8 @@ static int format_matches(const Py_buffer *view, int t) {
     case T_I32: /* int32 or uint32 (dither words); 'l' where long has 32 bits */
         return f[0] == 'i' || f[0] == 'I' ||
                (sizeof(long) == 4 && (f[0] == 'l' || f[0] == 'L'));
+    case T_I64: /* int64 indices: 'q', or 'l' where long has 64 bits */
+        return f[0] == 'q' || (sizeof(long) == 8 && f[0] == 'l');
     default: return 0;
     }
 }
@@ -135,8 +157,9 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int writable, int t, Py_ss
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
     if (!format_matches(view, t)) {
-        PyErr_Format(PyExc_ValueError, "%s has element format '%s', not the one of type code %d",
-                     name, view->format ? view->format : "B", t);
+        PyErr_Format(PyExc_ValueError,
+                     "%s has element format '%s', not the one of type code %d (%s)", name,
+                     view->format ? view->format : "B", t, type_name(t));
         PyBuffer_Release(view);
         view->obj = NULL;
         view->buf = NULL;
@@ -195,7 +218,7 @@ typedef struct {
     const double *pxy;    /* codeword k at (pxy[2k], pxy[2k + 1]) (centred unit box) */
 } hexcode;
 
-#define HB 512 /* pairs per block (scratch on the stack) */
+#define HB 512 /* pairs per chunk of hex_run (scratch on the stack) */
 
 
 /* ------------------------------------------------------------------------------------------- */
@@ -798,22 +821,6 @@ done:
 /* version serves every path. Same operations in the same order as the numpy definitions they  */
 /* replace (tests/test_encoders.py compares them bit for bit).                                  */
 
-/* An int64 index buffer of exactly count items ('q', or 'l' where long has 64 bits). */
-static int get_index_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *name) {
-    view->obj = NULL;
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
-    const char *f = view->format ? view->format : "B";
-    if (*f == '@' || *f == '=' || (*f == '<' && PY_LITTLE_ENDIAN)) f++;
-    int ok = f[0] != 0 && f[1] == 0 && (f[0] == 'q' || (sizeof(long) == 8 && f[0] == 'l'));
-    if (!ok || view->len != count * 8) {
-        PyErr_Format(PyExc_ValueError, "%s must be %zd int64 values", name, count);
-        PyBuffer_Release(view);
-        view->obj = NULL;
-        return -1;
-    }
-    return 0;
-}
-
 /* geometric_positions(e, n, scale, d, start) -> (count, last). e holds n standard exponentials
    E_k; the gaps are g_k = floor(scale * E_k + 1) (the product, then the sum, each rounded to
    float64 as numpy rounds them, then the floor) and the positions pos_k = pos_{k-1} + g_k from
@@ -926,7 +933,7 @@ static PyObject *py_sparse_values(PyObject *self, PyObject *args) {
     PyObject *ret = NULL;
     Py_ssize_t bad = 0;
     if (get_buffer(xo, &xv, 0, xt, d, "x", 0) < 0) goto done;
-    if (get_index_buffer(io, &iv, k, "idx") < 0) goto done;
+    if (get_buffer(io, &iv, 0, T_I64, k, "idx", 0) < 0) goto done;
     if (get_buffer(oo, &ov, 1, xt, k, "out", 0) < 0) goto done;
     if (!indices_in_range(iv.buf, k, d, 0)) {
         PyErr_Format(PyExc_ValueError, "sparse_values: an index is not in [0, %zd)", d);
@@ -976,7 +983,7 @@ static PyObject *py_scatter_add(PyObject *self, PyObject *args) {
     av.obj = iv.obj = vv.obj = NULL;
     PyObject *ret = NULL;
     if (get_buffer(ao, &av, 1, T_F64, d, "acc", 0) < 0) goto done;
-    if (get_index_buffer(io, &iv, k, "idx") < 0) goto done;
+    if (get_buffer(io, &iv, 0, T_I64, k, "idx", 0) < 0) goto done;
     if (get_buffer(vo, &vv, 0, vt, k, "vals", 0) < 0) goto done;
     if (!indices_in_range(iv.buf, k, d, 1)) {
         ret = Py_False;
@@ -1112,7 +1119,7 @@ PyMODINIT_FUNC PyInit__kernels(void) {
    2^19 + (2w + 1) 2^-52 2^19 = 2^19 + U. Then U = dither_v(w) - 2^19 exactly (both in
    [2^19, 2^20), the difference a multiple of 2^-33 below 1). */
 static inline double K(dither_v)(uint32_t w) {
-    uint64_t bits = ((uint64_t)w << 1) + 0x4120000000000001ULL;
+    uint64_t bits = ((uint64_t)w << 1) + (uint64_t)BITS_2P19_U0;
     double v;
     memcpy(&v, &bits, 8);
     return v;
@@ -1451,7 +1458,7 @@ static ALWAYS_INLINE Py_ssize_t K(sq_vec)(const void *x, int xsz, const uint32_t
                                           int isz) {
     Py_ssize_t i = 0;
 #if defined(CVFL_X86_PATHS) && VL == 8
-    const __m512i cv = _mm512_set1_epi64(0x4120000000000001LL);
+    const __m512i cv = _mm512_set1_epi64(BITS_2P19_U0);
     const __m512d lv = _mm512_set1_pd(l), sv = _mm512_set1_pd(s), c19 = _mm512_set1_pd(0x1p19);
     const __m256i Lv = _mm256_set1_epi32(L);
     for (; i + 8 <= n; i += 8) {
@@ -1581,8 +1588,8 @@ static ALWAYS_INLINE Py_ssize_t K(sdq_vec)(const void *idx, int isz, const uint3
                                            Py_ssize_t n, double l, double d, void *y, int ysz) {
     Py_ssize_t i = 0;
 #if defined(CVFL_X86_PATHS) && VL == 8
-    const __m512i ck8 = _mm512_set1_epi64(0x4120000100000000LL);
-    const __m512i cv8 = _mm512_set1_epi64(0x4120000000000001LL);
+    const __m512i ck8 = _mm512_set1_epi64(BITS_2P19_HALF);
+    const __m512i cv8 = _mm512_set1_epi64(BITS_2P19_U0);
     const __m512d lv8 = _mm512_set1_pd(l), dv8 = _mm512_set1_pd(d);
     for (; i + 8 <= n; i += 8) {
         __m512i k;
@@ -1597,8 +1604,8 @@ static ALWAYS_INLINE Py_ssize_t K(sdq_vec)(const void *idx, int isz, const uint3
     }
 #endif
 #ifdef CVFL_X86_PATHS
-    const __m256i ck = _mm256_set1_epi64x(0x4120000100000000LL);
-    const __m256i cv = _mm256_set1_epi64x(0x4120000000000001LL);
+    const __m256i ck = _mm256_set1_epi64x(BITS_2P19_HALF);
+    const __m256i cv = _mm256_set1_epi64x(BITS_2P19_U0);
     const __m256d lv = _mm256_set1_pd(l), dv = _mm256_set1_pd(d);
     for (; i + 4 <= n; i += 4) {
         __m256d kd, vd;
@@ -1685,9 +1692,9 @@ static inline void K(a2_nearest_scaled)(double X, double Y, double *i, double *j
    the same operations in the same order as the plain loops beside them (which the portable path
    and every remainder use), so the same bits: the reconstruction on AVX2 and AVX-512 (a codeword
    is one 16-byte load of pxy), the dither, the unit-box coordinates (float32, no clamp) and the
-   nearest point on AVX2 only (AVX-512's compiled 16-lane loops are faster there). Why: compiled from the plain loops, these spent most of their
-   time moving 32-bit halves and codeword coordinates between vector lanes (see "perf (issue 13)"
-   before hex_run). */
+   nearest point on AVX2 only (AVX-512's compiled 16-lane loops are faster there). Why: compiled
+   from the plain loops, these spent most of their time moving 32-bit halves and codeword
+   coordinates between vector lanes (see "perf (issue 13)" before hex_run). */
 #undef HEX_X86
 #if VL >= 4 && defined(CVFL_X86_PATHS) && !defined(CVFL_NO_VECTOR_EXT)
 #define HEX_X86 1
@@ -1710,7 +1717,7 @@ static inline void K(a2_nearest_scaled)(double X, double Y, double *i, double *j
    g = (d > 0), d = x - y (negated above: the reflection swaps the roles), else to b2. The lattice
    point subtracted, in units of b1 and b2, is (cx, cy) = ((o & g) ^ f, (o & !g) ^ f), and
    u = (x - cx N) b1 + (y - cy N) b2 (units 2^-24). */
-/* a25 = a 2^-25 and c24 = (a sqrt3/2) 2^-24 (see hex_dither_block). */
+/* a25 = a 2^-25 and c24 = (a sqrt3/2) 2^-24 (see hex_dither_scales). */
 static inline void K(hex_dither)(uint64_t w, double a25, double c24, double *ux, double *uy) {
     const int32_t one = 1 << 24;
     int32_t x = (int32_t)(((uint32_t)w >> 8) | 1u);
@@ -1903,6 +1910,7 @@ static inline void K(hex_segment)(Py_ssize_t g0, Py_ssize_t q, Py_ssize_t nchunk
     *n = npairs - *p0 < nchunk - q ? npairs - *p0 : nchunk - q;
 }
 
+#undef HEX_OUT_VEC
 #if HEX_X86
 /* The reconstructions of pairs p .. p + 3 (dithers vx, vy) as r0 = pairs p, p + 2 and
    r1 = pairs p + 1, p + 3 (each pair's (x, y) in a 128-bit half): codeword k is one 16-byte
@@ -1951,10 +1959,8 @@ static ALWAYS_INLINE void K(hex_store4_f64)(double *y, __m256d r0, __m256d r1) {
 DEFINE_HEX_OUT_VEC(f32, float)
 DEFINE_HEX_OUT_VEC(f64, double)
 #undef DEFINE_HEX_OUT_VEC
-#undef HEX_OUT_VEC
 #define HEX_OUT_VEC(T, k, ux, uy, m, pxy, sp, md, y) K(hex_out_vec_##T)(k, ux, uy, m, pxy, sp, md, y)
 #else
-#undef HEX_OUT_VEC
 #define HEX_OUT_VEC(T, k, ux, uy, m, pxy, sp, md, y) 0
 #endif
 
@@ -2049,9 +2055,10 @@ static ALWAYS_INLINE Py_ssize_t K(hex_in_vec_f32)(const float *xr, Py_ssize_t m,
 #endif
 
 /* Centred unit-box coordinates of the pairs p0 .. p0 + n - 1 of a row (padding: the centre);
-   entries are clamped into [l, h] and counted as in CLAMP_COUNT. */
-#define HEX_IN_LOOP(CLAMP, p0)                                                                  \
-    for (Py_ssize_t p = (p0); p < m; p++) {                                                    \
+   entries are clamped into [l, h] and counted as in CLAMP_COUNT. The loop starts at the
+   pair FIRST of xr (the pairs before it done by HEX_IN_VEC). */
+#define HEX_IN_LOOP(CLAMP, FIRST)                                                               \
+    for (Py_ssize_t p = (FIRST); p < m; p++) {                                                 \
         double v0 = (double)xr[2 * p], v1 = (double)xr[2 * p + 1];                             \
         if (CLAMP) {                                                                           \
             CLAMP_COUNT(v0, l, h, clip, bad);                                                  \
