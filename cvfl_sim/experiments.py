@@ -520,7 +520,8 @@ class Options:
     executor: Executor = field(default_factory=Executor)
     """Where the sweeps' runs are computed (:class:`cvfl_sim.sweep.Executor`)."""
     known: dict[RunSpec, RunResult] = field(default_factory=dict)
-    """Runs already at hand (computed earlier by the same command): reused as they are."""
+    """The finished runs: :func:`run_experiments` adds the runs it computes or loads (those
+    already here are reused as they are, even with ``force``); the experiments read theirs here."""
 
     def n_seeds(self) -> int:
         """Seeds per cell: 5 (the paper), 2 with ``quick``, or as given."""

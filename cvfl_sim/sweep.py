@@ -189,7 +189,7 @@ def _pool(ex: Executor) -> Any:
 
 
 _EARLY: list[Any] = []
-"""The pool started by :func:`start_workers` until a sweep with work uses it."""
+"""The pool started by :func:`start_workers`, until the next sweep takes it (and stops it)."""
 
 
 def start_workers(executor: Executor, module: str) -> None:
