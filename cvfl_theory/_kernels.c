@@ -1061,8 +1061,9 @@ done:
     ":math:`w_p` (see :class:`~cvfl_theory.compressors.HexLatticeQuantizer`).\n\n"               \
     "**Ranges.** A min-max range is computed in the same pass (row minima and maxima, rounded " \
     "outwards to float32: what is sent); a given range clamps and counts clipped and "          \
-    "non-finite entries. The functions are private: the compressors validate the arguments, "  \
-    "the kernels check only buffer sizes and contiguity."
+    "non-finite entries. The functions are private: their callers (the compressors, the "     \
+    "encoders and ``_validate.row_sums``) validate the arguments, the kernels check only "      \
+    "buffer sizes, formats and contiguity."
 
 static PyMethodDef methods[] = {
     {"row_ranges", py_row_ranges, METH_VARARGS,
