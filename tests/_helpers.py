@@ -6,9 +6,11 @@ Imported as ``from _helpers import ...``: pytest puts ``tests/`` on ``sys.path``
 
 import json
 import math
+import shutil
 import struct
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,23 @@ from cvfl_theory.compressors import ScalarQuantizer
 
 ROOT = Path(__file__).resolve().parents[1]
 """The repository root (the folder holding ``tests/`` and ``docs/``)."""
+
+KERNEL_SRC = ROOT / "cvfl_theory" / "_kernels.c"
+# setup.py's flags; -ffp-contract=off is the one the bits depend on
+KERNEL_CFLAGS = ["-shared", "-fPIC", "-ffp-contract=off", "-fno-strict-aliasing"]
+
+
+# ------------------------------------------------------------------------------ kernel builds
+def build_kernels(cc_names, out_dir, extra):
+    """The kernels compiled again with the first compiler of ``cc_names`` found, or None."""
+    cc = next((shutil.which(c) for c in cc_names if shutil.which(c)), None)
+    if cc is None or not KERNEL_SRC.exists():
+        return None
+    out = out_dir / ("_kernels" + sysconfig.get_config_var("EXT_SUFFIX"))
+    cmd = [cc, *KERNEL_CFLAGS, *extra, f"-I{sysconfig.get_paths()['include']}", str(KERNEL_SRC)]
+    res = subprocess.run([*cmd, "-o", str(out)], capture_output=True, text=True)
+    assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stderr[-3000:]}"
+    return out
 
 
 # ------------------------------------------------------------------------------ tiny data sets

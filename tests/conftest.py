@@ -26,6 +26,17 @@ def backend(request):
     return lambda a: torch.from_numpy(np.ascontiguousarray(a))
 
 
+@pytest.fixture(scope="session")
+def clang_build(tmp_path_factory):
+    """The kernels built with clang -O2 (skipped without clang)."""
+    from _helpers import build_kernels
+
+    so = build_kernels(("clang",), tmp_path_factory.mktemp("clang"), ["-O2"])
+    if so is None:
+        pytest.skip("clang is not installed (apt-get install clang): the clang build is untested")
+    return so
+
+
 @pytest.fixture
 def one_epoch(monkeypatch):
     """Sweeps of one epoch on breast-cancer for one test (:func:`_helpers.set_one_epoch`)."""

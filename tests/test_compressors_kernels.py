@@ -10,15 +10,14 @@ import importlib.util
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _helpers import build_kernels
 from scipy import stats
 
 from cvfl_theory import _kernels
@@ -386,21 +385,6 @@ def test_minmax_range_beyond_float32_is_refused_fixed_range_clips(comp):
 
 PATHS = ("avx512", "avx2", "portable")
 ROOT = Path(__file__).resolve().parents[1]
-KERNEL_SRC = ROOT / "cvfl_theory" / "_kernels.c"
-# setup.py's flags; -ffp-contract=off is the one the bits depend on
-CFLAGS = ["-shared", "-fPIC", "-ffp-contract=off", "-fno-strict-aliasing"]
-
-
-def _build_kernels(cc_names, out_dir, extra):
-    """The kernels compiled again with the first compiler of ``cc_names`` found, or None."""
-    cc = next((shutil.which(c) for c in cc_names if shutil.which(c)), None)
-    if cc is None or not KERNEL_SRC.exists():
-        return None
-    out = out_dir / ("_kernels" + sysconfig.get_config_var("EXT_SUFFIX"))
-    cmd = [cc, *CFLAGS, *extra, f"-I{sysconfig.get_paths()['include']}", str(KERNEL_SRC)]
-    res = subprocess.run([*cmd, "-o", str(out)], capture_output=True, text=True)
-    assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stderr[-3000:]}"
-    return out
 
 
 def _load(so):
@@ -415,7 +399,7 @@ PLAIN = ["-O2", "-DCVFL_NO_VECTOR_EXT"]  # plain -O2, the plain-loop dither gene
 
 @pytest.fixture(scope="module")
 def plain_build(tmp_path_factory):
-    so = _build_kernels(("gcc", "cc"), tmp_path_factory.mktemp("plain"), PLAIN)
+    so = build_kernels(("gcc", "cc"), tmp_path_factory.mktemp("plain"), PLAIN)
     if so is None:
         pytest.skip("no C compiler to build the plain -O2 kernels")
     return so
@@ -525,14 +509,6 @@ def test_unknown_forced_path_is_refused_at_import(path):
     assert f"CVFL_KERNEL_PATH={path} is not a kernel path" in res.stderr
 
 
-@pytest.fixture(scope="module")
-def clang_build(tmp_path_factory):
-    so = _build_kernels(("clang",), tmp_path_factory.mktemp("clang"), ["-O2"])
-    if so is None:
-        pytest.skip("clang is not installed (apt-get install clang): the clang build is untested")
-    return so
-
-
 @pytest.mark.parametrize("path", PATHS)
 def test_clang_build_gives_the_same_bits(path, clang_build, reference_digests):
     _skip_unless_cpu_has(path)
@@ -544,7 +520,13 @@ def test_clang_build_gives_the_same_bits(path, clang_build, reference_digests):
 # The kernel tests and the compressors' error-law and wire tests again, in a subprocess, on
 # every other path this CPU has (this process runs them on its own path), and the kernel tests
 # once with the clang build. Not nested: the subprocess deselects these tests.
-SUITE = ["tests/test_compressors_kernels.py", "tests/test_compressors.py"]
+SUITE = [
+    "tests/test_compressors_kernels.py",
+    "tests/test_hex_screen.py",
+    "tests/test_compressors.py",
+]
+# the tests that start a subprocess per path or build the kernels again: not nested
+NESTED = "forced_path or clang_build or every_kernel_path or too_small"
 PLUGIN = """
 import importlib.util, os, sys
 so = os.environ["CVFL_TEST_KERNELS_SO"]
@@ -557,7 +539,7 @@ sys.modules["cvfl_theory._kernels"] = mod
 
 def _run_suite(env, files, extra=(), deselect=" and not baseline_build"):
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *extra]
-    cmd += ["-k", f"not forced_path and not clang_build{deselect}", *files]
+    cmd += ["-k", f"not ({NESTED}){deselect}", *files]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert " passed" in res.stdout and " failed" not in res.stdout
@@ -575,7 +557,7 @@ def test_clang_build_passes_the_kernel_tests(clang_build, tmp_path):
     pythonpath = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "CVFL_TEST_KERNELS_SO": str(clang_build), "PYTHONPATH": pythonpath}
     env.pop("CVFL_KERNEL_PATH", None)
-    _run_suite(env, SUITE[:1], ["-p", "cvfl_kernels_plugin"], deselect="")
+    _run_suite(env, SUITE[:2], ["-p", "cvfl_kernels_plugin"], deselect="")
 
 
 @pytest.mark.parametrize("P", [256, 77])
