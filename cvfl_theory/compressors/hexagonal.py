@@ -97,7 +97,11 @@ class HexLatticeQuantizer(RangeQuantizer):
     the cell, whose second moment differs from the continuous one by a relative
     :math:`O(2^{-46})`. The nearest point is the exact two-coset search of
     :mod:`cvfl_theory.lattice`. ``roundtrip`` fuses the two sides and is bit-identical to
-    ``decompress(compress(x))``.
+    ``decompress(compress(x))``. On the AVX2 kernel path, float32 rows in their own min-max
+    range have their nearest points found in float32 first. A pair's float32 result is kept
+    only where a proved error bound guarantees the float64 search makes the same decisions
+    (both roundings and the coset choice); every other pair goes through the float64 search.
+    Every path therefore sends the same indices.
 
     At the low rates of the paper the codewords spent on the dither margin
     (:math:`R \oplus 2V_0` is much larger than :math:`R`) cost more than the lattice's
