@@ -35,7 +35,7 @@
  * end. Only GCC/clang pragmas are used for the per-path targets (no target_clones, which clang
  * 14 supports only partly); other compilers get the portable path alone. Intrinsics
  * (immintrin.h) appear only in hot loops on the x86 paths -- the scalar quantizer's sq_vec and
- * sdq_vec, the hexagonal quantizer's HEX_X86 loops: the same operations, in the same order, as
+ * sdq_vec, the hexagonal quantizer's X86_VEC loops: the same operations, in the same order, as
  * the plain C loops the portable path runs. One exception, which changes no bit either: on AVX2
  * the hexagonal quantizer's nearest point is first found in float32 and kept only where an
  * error bound certifies the float64 code's decisions (hex_screen_f32); every other pair is
@@ -47,7 +47,7 @@
 #include <stdint.h>
 #include <string.h>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(CVFL_PORTABLE_ONLY)
-#include <immintrin.h> /* the x86 paths' hand-vectorized loops (scalar: sq_vec, sdq_vec; hex: HEX_X86) */
+#include <immintrin.h> /* the x86 paths' hand-vectorized loops (X86_VEC: sq_vec, sdq_vec, hex) */
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -1419,7 +1419,17 @@ static inline void K(scalar_consts)(double l, double h, int32_t L, double *inv, 
    Such a row, and a finite row of rowmode, has l <= v with both finite, so v - l >= +0 and
    t >= +0 exactly: the loop also drops the t >= 0 select (POS; 1.02 -> 0.91 ms on AVX2). */
 
-#if defined(CVFL_X86_PATHS) && VL == 4
+/* X86_VEC: the hand-vectorized loops (intrinsics) of the x86 paths, the scalar quantizer's
+   (sq_vec, sdq_vec) and the hexagonal quantizer's; off with -DCVFL_NO_VECTOR_EXT, the plain
+   build the tests compare them with (the plain loops instead, the same bits). */
+#undef X86_VEC
+#if VL >= 4 && defined(CVFL_X86_PATHS) && !defined(CVFL_NO_VECTOR_EXT)
+#define X86_VEC 1
+#else
+#define X86_VEC 0
+#endif
+
+#if X86_VEC && VL == 4
 /* AVX2: 2^12 + U for the words w[0..3] and 2^12 + k + 1/2 for the uint8 indices k[0..3] (exact:
    U and k + 1/2 are multiples of 2^-33 and 1/2 below 2^12), as float64 built by one byte shuffle
    each: in the binade [2^12, 2^13) the significand bits of U are (2w + 1) 2^7, i.e. the bytes of
@@ -1461,7 +1471,7 @@ static ALWAYS_INLINE Py_ssize_t K(sq_vec)(const void *x, int xsz, const uint32_t
                                           Py_ssize_t n, double l, double s, int32_t L, void *idx,
                                           int isz) {
     Py_ssize_t i = 0;
-#if defined(CVFL_X86_PATHS) && VL == 8
+#if X86_VEC && VL == 8
     const __m512i cv = _mm512_set1_epi64(BITS_2P19_U0);
     const __m512d lv = _mm512_set1_pd(l), sv = _mm512_set1_pd(s), c19 = _mm512_set1_pd(0x1p19);
     const __m256i Lv = _mm256_set1_epi32(L);
@@ -1476,7 +1486,7 @@ static ALWAYS_INLINE Py_ssize_t K(sq_vec)(const void *x, int xsz, const uint32_t
         if (isz == 1) _mm_storel_epi64((__m128i *)((uint8_t *)idx + i), _mm256_cvtepi32_epi8(k));
         else _mm_storeu_si128((__m128i *)((uint16_t *)idx + i), _mm256_cvtepi32_epi16(k));
     }
-#elif defined(CVFL_X86_PATHS)
+#elif X86_VEC
     const __m256d lv = _mm256_set1_pd(l), sv = _mm256_set1_pd(s), c12 = _mm256_set1_pd(0x1p12);
     const __m128i L8 = _mm_set1_epi8((char)(L > 255 ? 255 : L)), L16 = _mm_set1_epi16((short)L);
     __m128i k[4];
@@ -1591,7 +1601,7 @@ DEFINE_SCALAR_Q(K(sq_f64_u16_f64), double, uint16_t, double, K(row_range_f64))
 static ALWAYS_INLINE Py_ssize_t K(sdq_vec)(const void *idx, int isz, const uint32_t *w,
                                            Py_ssize_t n, double l, double d, void *y, int ysz) {
     Py_ssize_t i = 0;
-#if defined(CVFL_X86_PATHS) && VL == 8
+#if X86_VEC && VL == 8
     const __m512i ck8 = _mm512_set1_epi64(BITS_2P19_HALF);
     const __m512i cv8 = _mm512_set1_epi64(BITS_2P19_U0);
     const __m512d lv8 = _mm512_set1_pd(l), dv8 = _mm512_set1_pd(d);
@@ -1607,7 +1617,7 @@ static ALWAYS_INLINE Py_ssize_t K(sdq_vec)(const void *idx, int isz, const uint3
         else _mm512_storeu_pd((double *)y + i, r);
     }
 #endif
-#ifdef CVFL_X86_PATHS
+#if X86_VEC
     const __m256i ck = _mm256_set1_epi64x(BITS_2P19_HALF);
     const __m256i cv = _mm256_set1_epi64x(BITS_2P19_U0);
     const __m256d lv = _mm256_set1_pd(l), dv = _mm256_set1_pd(d);
@@ -1692,20 +1702,15 @@ static inline void K(a2_nearest_scaled)(double X, double Y, double *i, double *j
     *j = K(select)(use1, j1, j0);
 }
 
-/* HEX_X86: the two x86 vector paths run some loops of the hexagonal quantizer with intrinsics,
-   the same operations in the same order as the plain loops beside them (which the portable path
-   and every remainder use), so the same bits: the reconstruction on AVX2 and AVX-512 (a codeword
-   is one 16-byte load of pxy), the dither, the unit-box coordinates (float32, no clamp) and the
-   nearest point on AVX2 only (AVX-512's compiled 16-lane loops are faster there; compress of
-   float32 rows in their own range goes through the float32 screen, hex_screen_f32). Why: compiled
-   from the plain loops, these spent most of their time moving 32-bit halves and codeword
-   coordinates between vector lanes (see "perf (issue 13)" before hex_run). */
-#undef HEX_X86
-#if VL >= 4 && defined(CVFL_X86_PATHS) && !defined(CVFL_NO_VECTOR_EXT)
-#define HEX_X86 1
-#else
-#define HEX_X86 0
-#endif
+/* The hexagonal quantizer's X86_VEC loops: the two x86 vector paths run some of its loops with
+   intrinsics, the same operations in the same order as the plain loops beside them (which the
+   portable path and every remainder use), so the same bits: the reconstruction on AVX2 and
+   AVX-512 (a codeword is one 16-byte load of pxy), the dither, the unit-box coordinates (float32,
+   no clamp) and the nearest point on AVX2 only (AVX-512's compiled 16-lane loops are faster
+   there; compress of float32 rows in their own range goes through the float32 screen,
+   hex_screen_f32). Why: compiled from the plain loops, these spent most of their time moving
+   32-bit halves and codeword coordinates between vector lanes (see "perf (issue 13)" before
+   hex_run). */
 
 /* Dither of one pair from its word w: u = z - Q(z) with z = alpha b1 + beta b2 in the rhombus,
    alpha = (2A + 1) 2^-24, beta = (2A' + 1) 2^-24 where A, A' are the top 23 bits of the low and
@@ -1741,13 +1746,13 @@ static inline void K(hex_dither)(uint64_t w, double a25, double c24, double *ux,
     *uy = c24 * (double)y;
 }
 
-#if HEX_X86 && VL == 4
-/* The integers of hex_dither for the 8 pairs w[0 .. 8), 8 int32 lanes: the low halves of w0 w1 | w4 w5 and of
-   w2 w3 | w6 w7 (two 16-byte loads each) are one in-lane shuffle away from the 8 low halves in
-   order, likewise the high halves (the compiler's code for the plain loop used 10 shuffles).
-   The same integers in two fewer operations: g = ((x ^ f) > (y ^ f)), which is d > 0 (x ^ f is
-   -x - 1 where f is set; x = y gives 0 either way), and 2x + y after the move is
-   t1 - 2 cx N - cy N. Out: sx = 2x + y and sy = y after the move (8 int32 lanes, pairs in
+#if X86_VEC && VL == 4
+/* The integers of hex_dither for the 8 pairs w[0 .. 8), 8 int32 lanes: the low halves of
+   w0 w1 | w4 w5 and of w2 w3 | w6 w7 (two 16-byte loads each) are one in-lane shuffle away from
+   the 8 low halves in order, likewise the high halves (the compiler's code for the plain loop
+   used 10 shuffles). The same integers in two fewer operations: g = ((x ^ f) > (y ^ f)), which
+   is d > 0 (x ^ f is -x - 1 where f is set; x = y gives 0 either way), and 2x + y after the move
+   is t1 - 2 cx N - cy N. Out: sx = 2x + y and sy = y after the move (8 int32 lanes, pairs in
    order), the integers hex_dither scales. */
 static ALWAYS_INLINE void K(hex_dither8i)(const uint64_t *w, __m256i *sx, __m256i *sy) {
     const __m256i one = _mm256_set1_epi32(1 << 24), two = _mm256_set1_epi32(2 << 24);
@@ -1810,7 +1815,7 @@ static void K(hex_dither_words)(const uint64_t *RESTRICT w, Py_ssize_t n, double
     double a25, c24;
     K(hex_dither_scales)(a, &a25, &c24);
     Py_ssize_t p = 0;
-#if HEX_X86 && VL == 4 /* AVX-512: the compiler's 16-lane loop is faster */
+#if X86_VEC && VL == 4 /* AVX-512: the compiler's 16-lane loop is faster */
     for (; p + 8 <= n; p += 8)
         K(hex_dither8)(w + p, _mm256_set1_pd(a25), _mm256_set1_pd(c24), ux + p, uy + p);
 #endif
@@ -1841,7 +1846,8 @@ static void K(hex_near_consts)(const hexcode *hc, K(hexnear) *c) {
 }
 
 /* The table cell of the nearest lattice point of the scaled point (x, y) (a2_nearest_scaled),
-   clamped into the table (rows jmax + 1, columns imax + 1, cell (0, 0) = lattice point (i0, j0)). */
+   clamped into the table (rows jmax + 1, columns imax + 1; cell (0, 0) = lattice point
+   (i0, j0)). */
 static inline int32_t K(hex_cell)(double x, double y, double i0, double j0, double imax,
                                   double jmax, double dwidth) {
     double i, j;
@@ -1855,7 +1861,7 @@ static inline int32_t K(hex_cell)(double x, double y, double i0, double j0, doub
 }
 
 #undef HEX_NEAREST_VEC
-#if HEX_X86 && VL == 4
+#if X86_VEC && VL == 4
 /* hex_nearest_block for the pairs 0 .. n - n % 4, 4 per vector; returns how many it did. The
    float64 operations are those of a2_nearest_scaled, in the same order; its exact integer part
    (i, j, the clamps into the table and the cell index) is done in the int32 lanes instead: the
@@ -1935,7 +1941,7 @@ static inline void K(hex_segment)(Py_ssize_t g0, Py_ssize_t q, Py_ssize_t nchunk
 }
 
 #undef HEX_OUT_VEC
-#if HEX_X86
+#if X86_VEC
 /* The reconstructions of pairs p .. p + 3 (dithers vx, vy) as r0 = pairs p, p + 2 and
    r1 = pairs p + 1, p + 3 (each pair's (x, y) in a 128-bit half): codeword k is one 16-byte
    load of pxy. */
@@ -2009,7 +2015,7 @@ DEFINE_HEX_OUT(K(hex_out_f32), float, f32)
 DEFINE_HEX_OUT(K(hex_out_f64), double, f64)
 
 #undef HEX_FUSE_OUT
-#if HEX_X86 && VL == 4
+#if X86_VEC && VL == 4
 #define HEX_FUSE_OUT 1
 /* hex_out with the dither computed from the stream words w on the way (decompress on AVX2):
    the same dither (hex_dither8r, hex_dither) and the same reconstruction, without the round
@@ -2050,7 +2056,7 @@ DEFINE_HEX_OUT_W(K(hex_out_w_f64), double, f64)
 #undef HEX_IN_VEC
 #undef HEX_IN_VEC_f32
 #undef HEX_IN_VEC_f64
-#if HEX_X86 && VL == 4
+#if X86_VEC && VL == 4
 /* hex_in of float32 pairs 0 .. m - m % 4 without the clamp, 4 per vector; returns how many it
    did. One permutation takes the 8 floats of 4 pairs to (x0..x3 | y0..y3); max(v, -0.5) is
    `v >= -0.5 ? v : -0.5` (vmaxpd returns its second operand for a NaN and for equal values). */
@@ -2148,7 +2154,7 @@ DEFINE_HEX_LOAD(K(hex_load_u8), uint8_t)
 DEFINE_HEX_LOAD(K(hex_load_u16), uint16_t)
 
 #undef HEX_SCREEN
-#if HEX_X86 && VL == 4
+#if X86_VEC && VL == 4
 #define HEX_SCREEN 1
 /* The float32 screen of the nearest point (compress on AVX2; float32 rows in their own min-max
    range, with dither). A message holds only the indices, and an index depends only on the
@@ -2215,8 +2221,8 @@ static int32_t K(hex_index)(double v0, double v1, double l, double s, uint64_t w
                             const K(hexscreen) *sc, const K(hexnear) *c, const int32_t *lut) {
     double ux, uy;
     K(hex_dither)(w, sc->a25d, sc->c24d, &ux, &uy);
-    return lut[K(hex_cell)((K(hex_box)(v0, l, s) + ux) * c->ia, (K(hex_box)(v1, l, s) + uy) * c->isa,
-                           c->i0, c->j0, c->imax, c->jmax, c->dwidth)];
+    const double x = (K(hex_box)(v0, l, s) + ux) * c->ia, y = (K(hex_box)(v1, l, s) + uy) * c->isa;
+    return lut[K(hex_cell)(x, y, c->i0, c->j0, c->imax, c->jmax, c->dwidth)];
 }
 
 /* The indices k of the pairs 0 .. m - m % 8 (m <= HB) of a screened row segment (xr: its
