@@ -279,6 +279,7 @@ def run_sweep(
         known=known,
         progress=progress,
         bar=bar,
+        warm="cvfl_sim.algorithm",  # torch and the model (run_spec's own module imports neither)
     )
 
 

@@ -223,10 +223,11 @@ def _loky(
     todo: Sequence[Any],
     ex: Executor,
     inputs: Callable[[Any], Any] | None,
+    warm: str,
 ) -> Iterator[tuple[int, RunResult]]:
     """``jobs - 1`` loky workers and this process compute the runs together.
 
-    The workers start first (a no-op task makes each import the module of ``compute``). A feeder
+    The workers start first (a no-op task makes each import the module ``warm``). A feeder
     thread keeps each worker busy with one run at a time, taken from the *front* of the list; this
     process takes runs from the *back* and computes them itself, collecting the workers' results
     between its own runs. A lock hands every run out once: none is computed twice.
@@ -241,7 +242,7 @@ def _loky(
         return
     workers = ex.jobs - 1
     pool = _pool(ex)
-    running: set[Future[Any]] = {pool.submit(_ready, compute.__module__) for _ in range(workers)}
+    running: set[Future[Any]] = {pool.submit(_ready, warm) for _ in range(workers)}
     left = deque(range(len(todo)))  # runs nobody has taken yet
     lock = threading.Lock()  # guards ``left`` and calls of ``inputs``
     finished: queue.SimpleQueue[Future[Any] | None] = queue.SimpleQueue()
@@ -358,6 +359,7 @@ def run_specs(
     known: Mapping[S, RunResult] | None = None,
     progress: bool | None = None,
     bar: Any = None,
+    warm: str | None = None,
 ) -> dict[S, RunResult]:
     """Run (or load) every spec; one atomically written ``<folder>/<key>.json`` per finished run.
 
@@ -389,6 +391,9 @@ def run_specs(
         ``bar``.
     bar : tqdm, optional
         A caller's bar: its total grows by the runs to compute, and it advances as they finish.
+    warm : str, optional
+        The module local workers import while this process starts its first run (default: the
+        module of ``compute``): the one that imports the runs' heavy libraries.
 
     Returns
     -------
@@ -412,7 +417,8 @@ def run_specs(
     _EARLY.clear()
     try:
         if todo:
-            _compute_all(_longest_first(todo, cost), path, done, compute, ex, inputs, progress, bar)
+            work = _longest_first(todo, cost)
+            _compute_all(work, path, done, compute, ex, inputs, progress, bar, warm)
     finally:
         for pool in early:  # idle now: killed, not left to exit with the command
             pool.shutdown(wait=False, kill_workers=True)
@@ -428,6 +434,7 @@ def _compute_all(
     inputs: Callable[[S], Any] | None,
     progress: bool | None,
     bar: Any,
+    warm: str | None = None,
 ) -> None:
     """Compute ``todo`` on ``ex``, saving each result to ``path[spec]`` and into ``done``."""
     own = bar is None
@@ -436,9 +443,12 @@ def _compute_all(
     else:
         bar.total += len(todo)
         bar.refresh()
-    run = {"loky": _loky if ex.jobs > 1 else _serial, "dask": _dask}[ex.backend]
+    if ex.backend == "loky" and ex.jobs > 1:
+        runs = _loky(compute, todo, ex, inputs, warm or compute.__module__)
+    else:
+        runs = (_dask if ex.backend == "dask" else _serial)(compute, todo, ex, inputs)
     try:
-        for i, res in run(compute, todo, ex, inputs):
+        for i, res in runs:
             res.save(path[todo[i]])  # atomic: the file exists only once complete
             done[todo[i]] = res
             bar.set_postfix_str(todo[i].key().rsplit("_", 1)[0], refresh=False)

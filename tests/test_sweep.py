@@ -16,6 +16,7 @@ import torch
 from _helpers import record_training, set_one_epoch
 
 import cvfl_sim.experiments as ex
+import cvfl_sim.sweep as sweep
 from cvfl_sim.cli import build_parser, main
 from cvfl_sim.commands import reproduce
 from cvfl_sim.commands._run_args import config_from_args
@@ -136,6 +137,47 @@ def test_jobs_2_is_this_process_and_one_worker_fed_the_data(tmp_path, one_epoch,
         pid, heavy = _pool(Executor(jobs=2)).submit(_heavy_modules).result()
     assert pid != os.getpid()
     assert heavy == []  # it trained on the data set built here: no scikit-learn, no scipy
+
+
+def test_workers_warm_up_by_importing_the_module_asked_for(tmp_path, monkeypatch):
+    submitted = []
+    real_pool = sweep._pool
+
+    class Recording:  # the pool, recording what is submitted to it
+        def __init__(self, pool):
+            self.pool = pool
+
+        def submit(self, fn, *args):
+            submitted.append((fn.__name__, args[0]))
+            return self.pool.submit(fn, *args)
+
+    monkeypatch.setattr(sweep, "_pool", lambda ex_: Recording(real_pool(ex_)))
+    specs = [_Sleepy("one", 0.0), _Sleepy("two", 0.0)]
+    with _pickled_by_value():
+        for warm, module in ((None, __name__), ("cvfl_sim.algorithm", "cvfl_sim.algorithm")):
+            submitted.clear()
+            kw = {"executor": Executor(jobs=2), "progress": False, "force": True, "warm": warm}
+            run_specs(specs, tmp_path, _sleep_then_result, **kw)
+            assert submitted[0] == ("_ready", module)  # first, before any run
+            assert {name for name, _ in submitted[1:]} <= {"_compute"}  # then runs only
+
+
+def test_run_sweep_workers_warm_up_with_torch(tmp_path, monkeypatch):
+    """``run_sweep``'s runs live in a module that does not import torch; its workers warm up with
+    one that does (else each worker's first run would pay the import)."""
+    code = "import sys, {}; print('torch' in sys.modules)"
+    for module, imports_torch in (
+        ("cvfl_sim.experiments", "False"),
+        ("cvfl_sim.algorithm", "True"),
+    ):
+        res = subprocess.run(
+            [sys.executable, "-c", code.format(module)], capture_output=True, text=True, check=True
+        )
+        assert res.stdout.strip() == imports_torch, module
+    seen = {}
+    monkeypatch.setattr(ex, "run_specs", lambda *a, **k: seen.update(k) or {})
+    ex.run_sweep([], tmp_path, progress=False)
+    assert seen["warm"] == "cvfl_sim.algorithm"
 
 
 def test_longest_runs_first_at_both_ends_of_the_list(tmp_path):
