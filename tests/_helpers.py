@@ -45,6 +45,20 @@ def build_kernels(cc_names, out_dir, extra):
     return out
 
 
+def use_kernels_build(path_expr):
+    """Python source that makes ``cvfl_theory._kernels`` the build at ``path_expr`` (an expression
+    of a script: a path, or a false value for the installed build), before anything imports it."""
+    return f"""
+import importlib.util, sys
+_so = {path_expr}
+if _so:
+    _spec = importlib.util.spec_from_file_location("cvfl_theory._kernels", _so)
+    _mod = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_mod)
+    sys.modules["cvfl_theory._kernels"] = _mod
+"""
+
+
 # ------------------------------------------------------------------------------ tiny data sets
 def tiny_dataset(n, dims, *, seed=0, y=None, classes=3, test_fraction=0.25, split_seed=None):
     """Standard normal features, one ``(n, d)`` block per party of ``dims``, drawn with ``seed``.

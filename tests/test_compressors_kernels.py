@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _helpers import build_kernels
+from _helpers import build_kernels, use_kernels_build
 from scipy import stats
 
 from cvfl_theory import _kernels
@@ -415,13 +415,10 @@ def baseline(plain_build):
 # float32/float64 inputs (partial vectors, rows longer than a dither block), of the raw
 # dither streams and of the encoders' fixed-order row sums (tests/test_encoders.py checks their
 # order). argv[1], if given, is another build of the kernels to use instead.
-DIGEST_SCRIPT = r"""
-import hashlib, importlib.util, json, sys
-if len(sys.argv) > 1:
-    spec = importlib.util.spec_from_file_location("cvfl_theory._kernels", sys.argv[1])
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    sys.modules["cvfl_theory._kernels"] = mod
+DIGEST_SCRIPT = (
+    use_kernels_build("len(sys.argv) > 1 and sys.argv[1]")
+    + r"""
+import hashlib, json, sys
 import numpy as np
 from cvfl_theory import _kernels
 from cvfl_theory.compressors import HexLatticeQuantizer, Identity, ScalarQuantizer, TopK
@@ -455,6 +452,7 @@ for dt, t in ((np.float32, 1), (np.float64, 2)):
 out["row_sums"] = hashlib.sha256(np.concatenate(sums).tobytes()).hexdigest()
 print(json.dumps({"path": _kernels.path(), "digests": out}))
 """
+)
 
 
 def _digests(path, so=None):
@@ -527,14 +525,7 @@ SUITE = [
 ]
 # the tests that start a subprocess per path or build the kernels again: not nested
 NESTED = "forced_path or clang_build or every_kernel_path or too_small"
-PLUGIN = """
-import importlib.util, os, sys
-so = os.environ["CVFL_TEST_KERNELS_SO"]
-spec = importlib.util.spec_from_file_location("cvfl_theory._kernels", so)
-mod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mod)
-sys.modules["cvfl_theory._kernels"] = mod
-"""
+PLUGIN = "import os\n" + use_kernels_build('os.environ["CVFL_TEST_KERNELS_SO"]')
 
 
 def _run_suite(env, files, extra=(), deselect=" and not baseline_build"):

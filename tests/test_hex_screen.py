@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _helpers import build_kernels
+from _helpers import build_kernels, use_kernels_build
 
 from cvfl_theory import _kernels
 from cvfl_theory.compressors import HexLatticeQuantizer
@@ -387,13 +387,10 @@ def test_adversarial_rows_sit_on_ties_and_match_the_definition(case, adversarial
 
 # ------------------------------------------------------------------ 3. every kernel path
 # argv: cases (JSON), input .npz, output .npz[, another build of the kernels to use instead]
-CHILD = r"""
-import importlib.util, json, sys
-if len(sys.argv) > 4:
-    spec = importlib.util.spec_from_file_location("cvfl_theory._kernels", sys.argv[4])
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    sys.modules["cvfl_theory._kernels"] = mod
+CHILD = (
+    use_kernels_build("len(sys.argv) > 4 and sys.argv[4]")
+    + r"""
+import json, sys
 import numpy as np
 from cvfl_theory import _kernels
 from cvfl_theory.compressors import HexLatticeQuantizer
@@ -407,6 +404,7 @@ for name, kw, seed in cases:
 np.savez(sys.argv[3], **out)
 print(json.dumps({"path": _kernels.path()}))
 """
+)
 
 
 def _skip_unless_cpu_has(path):
