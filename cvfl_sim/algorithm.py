@@ -62,6 +62,9 @@ __all__ = [
     "minibatches",
     "evaluate",
     "nominal_bits",
+    "RunRecord",
+    "resume",
+    "checkpoint_arrays",
 ]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}

@@ -181,6 +181,13 @@ def test_round_embedding_error_is_the_sum_of_the_parties(quadrants):
         assert parts[0] == parts[2] == 0.0 and parts[1] > 0.0 and parts[3] > 0.0
 
 
+def test_public_names_are_exported():
+    import cvfl_sim.algorithm as alg
+
+    for name in ("RunRecord", "resume", "checkpoint_arrays"):
+        assert name in alg.__all__ and callable(getattr(alg, name))
+
+
 # ---------------------------------------------------------------------------------- bad input
 def _parts():
     g = np.random.default_rng(0)
