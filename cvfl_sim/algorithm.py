@@ -62,6 +62,9 @@ __all__ = [
     "minibatches",
     "evaluate",
     "nominal_bits",
+    "RunRecord",
+    "resume",
+    "checkpoint_arrays",
 ]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -624,9 +627,21 @@ class RunRecord:
         self.ledger.record(rb, paper)
         return int(total)
 
-    def log_round(self, bits: int, e_party: list[float], e_srv: float, eta: float) -> None:
-        r"""Log one round: its bits, the measured :math:`\|\varepsilon_m^{t_0}\|_F^2` (C2), η."""
-        e_emb = float(sum(e_party))
+    def log_round(
+        self,
+        bits: int,
+        e_party: list[float],
+        e_srv: float,
+        eta: float,
+        e_emb: float | None = None,
+    ) -> None:
+        r"""Log one round: its bits, the measured :math:`\|\varepsilon_m^{t_0}\|_F^2` (C2), η.
+
+        ``e_emb`` is ``float(sum(e_party))`` when the caller has it already (it is computed
+        here otherwise).
+        """
+        if e_emb is None:
+            e_emb = float(sum(e_party))
         self.log["bits"].append(bits)
         self.log["embedding_error"].append(e_emb)
         self.log["embedding_error_by_party"].append(e_party)
@@ -1037,7 +1052,7 @@ def train(
                 grads = torch.autograd.grad(loss, all_params, allow_unused=True)
                 _sgd_step(all_params, grads, eta)
             r += 1
-            rec.log_round(bits, e_party, e_srv, eta)
+            rec.log_round(bits, e_party, e_srv, eta, e_emb)
             rec.train_time += time.perf_counter() - tick
             if s.evaluates_after(r):
                 rec.add_row(r, parties, server)

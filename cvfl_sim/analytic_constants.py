@@ -707,7 +707,7 @@ def analytic_constants(
         H.append(math.sqrt(h_emb**2 + h_srv**2))
         G.append(embedding_jacobian_sup(parts[m - 1], B))
 
-    def tup(v: Sequence[float]) -> tuple[float, ...]:
+    def tup(v: Sequence[float] | np.ndarray) -> tuple[float, ...]:
         return tuple(float(x) for x in v)
 
     return AnalyticConstants(

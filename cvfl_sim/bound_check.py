@@ -35,7 +35,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -520,6 +520,28 @@ def _tight_per_round(report: Lemma1Report, R: int) -> np.ndarray | None:
     return out
 
 
+class _SharedArgs(TypedDict):
+    """The keyword arguments :func:`bound_vs_observed` passes to both theorems (C4.2, C4.4)."""
+
+    Q: int
+    L: float
+    sigma2: Sequence[float]
+    B: int
+    L_m: Sequence[float]
+    c_opt: float
+    c_var: float
+    c_comp: float
+
+
+class _Term3Args(TypedDict, total=False):
+    """One form of the theorems' term 3: ``H, G, E`` (as recovered) or a measured ``lemma1``."""
+
+    H: Sequence[float]
+    G: Sequence[float]
+    E: np.ndarray
+    lemma1: np.ndarray
+
+
 def bound_vs_observed(
     run: RunResult,
     constants: Constants,
@@ -627,7 +649,7 @@ def bound_vs_observed(
         constants.with_lemma1(lemma1) if lemma1 is not None and reading == "chain" else constants
     )
     h_name, g_name = READINGS[reading]
-    common = {
+    common: _SharedArgs = {
         "Q": Q,
         "L": constants.L,
         "sigma2": constants.sigma2,
@@ -637,7 +659,7 @@ def bound_vs_observed(
         "c_var": c_var,
         "c_comp": c_comp,
     }
-    term3: dict[str, dict[str, Any]] = {
+    term3: dict[str, _Term3Args] = {
         "recovered": {"H": getattr(consts, h_name), "G": getattr(consts, g_name), "E": E}
     }
     notes = {"recovered": f"H^2 G^2 sum E ({reading})"}

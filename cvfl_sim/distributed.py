@@ -54,6 +54,7 @@ import socket
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any
 
 import numpy as np
@@ -287,9 +288,12 @@ def train_distributed(
         raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
     s = _setup(dataset, config)  # bad input raises here, before any process starts
     world = dataset.n_parties + 1
-    ctx = mp.get_context(start_method)
+    ctx: ForkServerContext | SpawnContext
     if start_method == "forkserver":
+        ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["torch", "cvfl_sim.distributed"])
+    else:
+        ctx = mp.get_context("spawn")
     progress = ctx.Array("q", world, lock=False)
     results = ctx.Queue()
     f = None if fault is None else _Fault(*fault)

@@ -771,14 +771,17 @@ def exp_bounds(opt: Options) -> dict[str, Any]:
     """
     from .theorem_runs import run_theorem_experiment
 
-    return run_theorem_experiment(opt.out, quick=opt.quick, force=opt.force, progress=opt.progress)
+    # progress lines only when asked for: None (a bar's choice, by terminal) prints none
+    progress = bool(opt.progress)
+    return run_theorem_experiment(opt.out, quick=opt.quick, force=opt.force, progress=progress)
 
 
 def exp_schedules(opt: Options) -> dict[str, Any]:
     """The C4.3 rate and the C4.4 conditions checked empirically (:mod:`cvfl_sim.schedule_check`)."""
     from .schedule_check import run_schedule_experiment
 
-    return run_schedule_experiment(opt.out, quick=opt.quick, progress=opt.progress, seeds=opt.seeds)
+    progress = bool(opt.progress)  # as in exp_bounds
+    return run_schedule_experiment(opt.out, quick=opt.quick, progress=progress, seeds=opt.seeds)
 
 
 SWEEPS: dict[str, Callable[[Options], list[RunSpec]]] = {

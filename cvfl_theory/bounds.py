@@ -315,7 +315,7 @@ def theorem_4_2(
 def theorem_4_4(
     *,
     F_gap: float,
-    etas: Sequence[float],
+    etas: Sequence[float] | np.ndarray,
     Q: int,
     L: float,
     sigma2: Sequence[float],
@@ -551,7 +551,7 @@ class BitsSchedule:
 
 
 def bits_schedule(
-    etas: Sequence[float],
+    etas: Sequence[float] | np.ndarray,
     *,
     compressor: str | Callable[[int], float] = "scalar",
     B: int = 1,

@@ -51,6 +51,17 @@ def test_distributed_equals_inprocess(M):
     assert sent == expected_algorithm_bytes(payloads(dist, q, M, cfg.epochs), q, M)
 
 
+def test_spawn_start_method_gives_the_same_run():
+    # start_method="spawn" (fresh interpreters, no preload) computes what the roles compute
+    ds, cfg = roles_dataset(2), roles_config()
+    dist = distributed(ds, cfg, start_method="spawn")
+    roles = train(ds, cfg, backend="roles")
+    assert dist.history == roles.history
+    assert dist.rounds == roles.rounds
+    with pytest.raises(ValueError, match="start_method must be 'forkserver' or 'spawn'"):
+        distributed(ds, cfg, start_method="fork")
+
+
 def test_killed_party_ends_the_run_with_its_name_and_round():
     ds, cfg = roles_dataset(2), roles_config()
     tick = time.monotonic()

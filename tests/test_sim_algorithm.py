@@ -169,6 +169,25 @@ def test_compression_error_is_measured(quadrants):
     assert ident.history[-1]["compression_error"] == 0.0
 
 
+def test_round_embedding_error_is_the_sum_of_the_parties(quadrants):
+    # C2: a round's logged ||eps^{t0}||_F^2 is the sum of the parties' blocks, exactly (train
+    # computes the sum once, for its finiteness check and the log); lossless parties log 0.
+    comps = [Identity(), ScalarQuantizer(2), Identity(), ScalarQuantizer(3)]
+    res = train(quadrants, CVFLConfig(Q=2, epochs=1, compressor=comps))
+    by_party = res.rounds["embedding_error_by_party"]
+    assert len(by_party) == len(res.rounds["embedding_error"]) == 23
+    for total, parts in zip(res.rounds["embedding_error"], by_party):
+        assert total == float(sum(parts))
+        assert parts[0] == parts[2] == 0.0 and parts[1] > 0.0 and parts[3] > 0.0
+
+
+def test_public_names_are_exported():
+    import cvfl_sim.algorithm as alg
+
+    for name in ("RunRecord", "resume", "checkpoint_arrays"):
+        assert name in alg.__all__ and callable(getattr(alg, name))
+
+
 # ---------------------------------------------------------------------------------- bad input
 def _parts():
     g = np.random.default_rng(0)

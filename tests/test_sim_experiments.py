@@ -191,3 +191,20 @@ def test_write_table_csv_quotes_fields_with_commas(tmp_path):
     write_table([{"window": "[0, 2)", "value": 1.5}], str(tmp_path), "t")
     with open(tmp_path / "t.csv", newline="") as fh:
         assert list(csv.reader(fh)) == [["window", "value"], ["[0, 2)", "1.5"]]
+
+
+@pytest.mark.parametrize("progress", [True, False, None])
+def test_bounds_and_schedules_print_lines_only_when_asked(monkeypatch, progress):
+    # Options.progress None lets a bar decide (by terminal); the two experiments' own lines are
+    # then off, so they receive a plain bool: True only for True
+    import cvfl_sim.schedule_check as sc
+    import cvfl_sim.theorem_runs as tr
+
+    seen = []
+    monkeypatch.setattr(tr, "run_theorem_experiment", lambda out, **kw: seen.append(kw) or {})
+    monkeypatch.setattr(sc, "run_schedule_experiment", lambda out, **kw: seen.append(kw) or {})
+    opt = ex.Options(out="unused", progress=progress)
+    ex.exp_bounds(opt)
+    ex.exp_schedules(opt)
+    assert [kw["progress"] for kw in seen] == [progress is True] * 2
+    assert all(type(kw["progress"]) is bool for kw in seen)

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from ._run_args import add_run_arguments, config_from_args
 
@@ -84,6 +84,14 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
 
 
+class _Effort(TypedDict, total=False):
+    """How hard :func:`cvfl_sim.bound_check.estimate_constants` works (its keyword arguments)."""
+
+    batches: int
+    power_iters: int
+    tol: float
+
+
 def _run(args: argparse.Namespace) -> int:
     from ..algorithm import train
     from ..bound_check import bound_vs_observed, estimate_constants
@@ -106,8 +114,11 @@ def _run(args: argparse.Namespace) -> int:
     res = train(ds, cfg, probe=probe, on_epoch_end=lambda e: say(f"epoch {e} done"))
     report = probe.report()
     say(f"trained; probe {probe.seconds:.1f} s at {report.left.shape[0]} point(s)")
-    quick = {"batches": 1, "power_iters": 20, "tol": 1e-3} if args.quick else {"tol": 1e-4}
-    consts = estimate_constants(ds, cfg, res, seed=args.seed, progress=say, **quick)
+    if args.quick:
+        effort = _Effort(batches=1, power_iters=20, tol=1e-3)
+    else:
+        effort = _Effort(tol=1e-4)
+    consts = estimate_constants(ds, cfg, res, seed=args.seed, progress=say, **effort)
     reading = _READINGS[args.reading]
     check = bound_vs_observed(res, consts, split=args.split, reading=reading, lemma1=report)
     say("done")
