@@ -349,7 +349,7 @@ def theorem_4_4(
     ----------
     F_gap : float
         :math:`F(\Theta^0) - F^\star`.
-    etas : sequence of float
+    etas : sequence of float or numpy.ndarray
         Step :math:`\eta^{t_0}` of each of the ``R`` rounds.
     Q, L, sigma2, B, H, G, E, L_m, c_opt, c_var, c_comp
         As in :func:`theorem_4_2`; ``E`` has shape ``(R, M + 1)`` or ``(M + 1,)``.
@@ -569,7 +569,7 @@ def bits_schedule(
 
     Parameters
     ----------
-    etas : sequence of float
+    etas : sequence of float or numpy.ndarray
         Step of each round (e.g. from :func:`step_sizes`).
     compressor : {"scalar", "hex"} or callable
         ``"scalar"``: :func:`scalar_round_error` (bits 1..16); ``"hex"``: :func:`hex_round_error`
