@@ -46,6 +46,11 @@ from cvfl_theory.compressors import HexLatticeQuantizer, Identity, ScalarQuantiz
 REPEATS = 7
 SHAPE = (4096, 256)
 PATHS = ("avx512", "avx2", "portable")
+WARMUP = 12
+"""Untimed (op, baseline) rounds before each case. A new allocation pattern makes glibc grow
+the heap by a fresh 4 MB block on each of the next several calls (seen with strace), so each of
+them page-faults its output: torch clones of the first case took about 2 ms instead of 0.3 ms
+for 8 to 12 calls (measured), which made that case's ratio look 4 to 6 times better than it is."""
 TARGETED = ("avx512", "avx2")  # the paths the targets are for
 
 
@@ -57,8 +62,9 @@ def median_times(
     Returns ``(op wall, baseline wall, op cpu, baseline cpu)`` in seconds. CPU time
     (``time.process_time``) is less sensitive to other processes on a shared machine.
     """
-    op()  # warm-up (codebook tables, allocator)
-    baseline()
+    for _ in range(WARMUP):  # codebook tables; the allocator's steady state (see WARMUP)
+        op()
+        baseline()
     rows = []
     for _ in range(repeats):
         w0, c0 = time.perf_counter(), time.process_time()
