@@ -93,14 +93,9 @@ def main() -> int:
     if "--no-reproduce" in sys.argv[1:]:
         print("cvfl reproduce compressors --quick: skipped (--no-reproduce)")
         return 0
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench_reproduce_") as out:
-        cmd = [CVFL, "reproduce", "compressors", "--quick", "--jobs", "2", "--out", out]
-        code = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
-    seconds = time.perf_counter() - t0
-    status = "" if code == 0 else f" (exit code {code})"
+    seconds, _ = _cli_seconds(["reproduce", "compressors", "--quick", "--jobs", "2"])
     print(
-        f"cvfl reproduce compressors --quick --jobs 2: {seconds:.0f} s wall{status} "
+        f"cvfl reproduce compressors --quick --jobs 2: {seconds:.0f} s wall "
         f"(target <= {REPRODUCE_TARGET:.0f} s on 2 cores) {verdict(seconds, REPRODUCE_TARGET)}"
     )
     return 0

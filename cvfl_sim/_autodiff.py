@@ -142,18 +142,6 @@ def embedding_hessian_blocks(
     return out
 
 
-def embedding_hessian_block(
-    server: nn.Module,
-    theta0: torch.Tensor,
-    Z: torch.Tensor,
-    y: torch.Tensor,
-    sizes: Sequence[int],
-    m: int,
-) -> torch.Tensor:
-    r"""The one block ``m`` of :func:`embedding_hessian_blocks` (C3.4, chain)."""
-    return embedding_hessian_blocks(server, theta0, Z, y, sizes, [m])[0]
-
-
 def embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Tensor:
     r"""Dense :math:`\nabla_{\theta_m} h_m(\theta_m; x)`: ``(B P_m, |θ_m|)`` (C3.5)."""
     params = [q for q in party.parameters()]

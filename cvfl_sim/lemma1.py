@@ -54,7 +54,7 @@ from torch import nn
 from cvfl_theory.table import Table
 
 from ._autodiff import (
-    embedding_hessian_block,
+    embedding_hessian_blocks,
     embedding_jacobian,
     flat_params,
     grad,
@@ -275,7 +275,9 @@ class Lemma1Probe:
                     (t0, _with_block(Z, fresh[m - 1], sizes, m)),
                     (t0h, _with_block(Zh, fresh[m - 1], sizes, m)),
                 ]
-            H[m] = max(op_norm(embedding_hessian_block(S64, t, z, y, sizes, m)) for t, z in points)
+            H[m] = max(
+                op_norm(embedding_hessian_blocks(S64, t, z, y, sizes, [m])[0]) for t, z in points
+            )
             if m >= 1:
                 G[m] = op_norm(embedding_jacobian(P64[m - 1], x64[m - 1]))
 

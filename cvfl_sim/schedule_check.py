@@ -440,7 +440,6 @@ def floor_experiment(
 # the `cvfl reproduce schedules` experiment
 # ---------------------------------------------------------------------------------------------
 def _plot_schedules(rate: RateResult, floor: FloorResult, path: str) -> None:
-
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11, 4))  # no pyplot: no backend switch in a notebook

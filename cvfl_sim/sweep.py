@@ -434,7 +434,7 @@ def _compute_all(
     inputs: Callable[[S], Any] | None,
     progress: bool | None,
     bar: Any,
-    warm: str | None = None,
+    warm: str | None,
 ) -> None:
     """Compute ``todo`` on ``ex``, saving each result to ``path[spec]`` and into ``done``."""
     own = bar is None

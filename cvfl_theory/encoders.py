@@ -432,7 +432,7 @@ class IndependentEncoder(Encoder):
             return bernoulli_support(seed, r, x.shape[0])
         return bernoulli_support_varying(seed, r)
 
-    def _rows_checked_in_pass(self, Xn):
+    def _rows_checked_in_pass(self, Xn: np.ndarray) -> bool:
         return (
             self.p.ndim == 0
             and float(self.p) < 1.0
@@ -440,7 +440,9 @@ class IndependentEncoder(Encoder):
             and not (isinstance(self.mu, str) and self.mu != "zero")
         )
 
-    def _sent_values(self, Xn, i, idx, centre, wd, check):
+    def _sent_values(
+        self, Xn: np.ndarray, i: int, idx: np.ndarray, centre: float, wd: np.dtype, check: bool
+    ) -> np.ndarray:
         # One p per node, float32/64 data: gather and compute (x - c) / p + c (float32 or float64
         # operations, as in _values) in one compiled pass, counting non-finite results; with
         # check, the same call first scans the row for NaN/inf (-1), so X is read once. A
