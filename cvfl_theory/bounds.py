@@ -190,7 +190,7 @@ class BoundTerms:
         \nabla_m F_B(\hat\Phi_m)\|^2` term 3 uses: ``"recovered"`` -- Lemma 1's right side
         :math:`H_m^2 G_m^2 \sum_{j\ne m} E_j^{t_0}` (C4.1, as recovered); ``"supplied"`` -- the
         per-round, per-block bounds passed as ``lemma1`` (e.g. the tight bound of C4.5, ours,
-        :func:`cvfl_sim.tight_term.tight_lemma1_bound`, or a measured left side).
+        :func:`cvfl_sim.bounds.tight_term.tight_lemma1_bound`, or a measured left side).
     """
 
     optimization: float

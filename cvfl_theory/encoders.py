@@ -302,11 +302,11 @@ class Encoder(ABC):
 
     def decode(self, encoded: Encoded) -> Any:
         """All :math:`Y_i` as an ``(n, d)`` array of the input's kind."""
-        return _decode(_check_encoded(encoded))
+        return _decode(check_encoded(encoded))
 
     def average(self, encoded: Encoded) -> Any:
         r"""The averaging decoder :math:`\frac1n \sum_i Y_i`, shape ``(d,)``."""
-        return _average(_check_encoded(encoded))
+        return _average(check_encoded(encoded))
 
     def mse(self, X: Any) -> float:
         r"""Closed-form MSE of the averaging decoder (K1.2, K2.2, K5.1).
@@ -321,7 +321,8 @@ class Encoder(ABC):
         return _mse_from_marginals(Xn, *self._marginals(Xn))
 
 
-def _check_encoded(encoded: Any) -> Encoded:
+def check_encoded(encoded: Any) -> Encoded:
+    """``encoded``, refused (``TypeError``) unless an :class:`~cvfl_theory.encoded.Encoded`."""
     if not isinstance(encoded, Encoded):
         raise TypeError(
             f"encoded must be an Encoded (from an encoder's encode()), got {type(encoded).__name__}"

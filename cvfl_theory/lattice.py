@@ -272,11 +272,11 @@ class A2BoxCodebook:
 
     def points(self) -> tuple[np.ndarray, np.ndarray]:
         """Cartesian coordinates of every codeword, in index order."""
-        return _tables(self)[2:]
+        return codebook_tables(self)[2:]
 
     def index_of(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
         """Codeword index of lattice points ``(i, j)`` (clamped into the codebook)."""
-        lut, (j0, i0) = _tables(self)[:2]
+        lut, (j0, i0) = codebook_tables(self)[:2]
         rows, width = lut.shape
         jj = np.subtract(j, j0)
         np.clip(jj, 0, rows - 1, out=jj)
@@ -288,7 +288,9 @@ class A2BoxCodebook:
 
 
 @lru_cache(maxsize=64)
-def _tables(cb: A2BoxCodebook) -> tuple[np.ndarray, tuple[float, float], np.ndarray, np.ndarray]:
+def codebook_tables(
+    cb: A2BoxCodebook,
+) -> tuple[np.ndarray, tuple[float, float], np.ndarray, np.ndarray]:
     """``(2-D index lookup table, its origin (j0, i0), x of codewords, y of codewords)``."""
     starts = cb._starts
     i0 = float(cb.imin.min())

@@ -47,7 +47,7 @@ from ._validate import (
 )
 from .encoders import CentreSpec, IndependentEncoder
 from .protocols import index_bits
-from .waterfill import Certificate, WaterFillResult, _check_budget, water_fill
+from .waterfill import Certificate, WaterFillResult, check_budget, water_fill
 
 __all__ = [
     "PROTOCOLS",
@@ -68,7 +68,8 @@ _METHODS = ("exact", "cvxpy")
 
 
 # ----------------------------------------------------------------------------- bits <-> budget
-def _check_protocol(protocol: str) -> str:
+def check_protocol(protocol: str) -> str:
+    """``protocol``, refused unless one of :data:`PROTOCOLS` (cost affine in the sum of ``p``)."""
     if protocol not in PROTOCOLS:
         raise ValueError(
             f"protocol must be one of {PROTOCOLS} (the K3 protocols whose cost is affine in the "
@@ -90,7 +91,7 @@ def _cost_terms(n: int, d: int, protocol: str, r: int, centre_sent: bool) -> tup
     n = check_int_in_range(n, "n", 1, 2**62)
     d = check_int_in_range(d, "d", 1, 2**62)
     r_bar = r if check_bool(centre_sent, "centre_sent") else 0
-    if _check_protocol(protocol) == "sparse":
+    if check_protocol(protocol) == "sparse":
         return float(n * r_bar), float(index_bits(d) + r)
     return float(n * (r_bar + d)), float(r)
 
@@ -199,6 +200,31 @@ def _deviations(Xn: np.ndarray, centres: np.ndarray) -> np.ndarray:
     return abs_deviations(Xn, centres)
 
 
+def budget_terms(
+    X: Any, protocol: str = "sparse", r: int = 32, mu: CentreSpec = "mean"
+) -> tuple[float, float, int]:
+    r"""``(F, c, |S|)``: the bits of a budget :math:`B` of ``X`` are :math:`F + c B` (K3, K6).
+
+    :math:`F` is the fixed cost (:math:`n\bar r` for ``"sparse"``, :math:`n(\bar r + d)` for
+    ``"varying-length"``; :math:`\bar r = r` unless ``mu="zero"``), :math:`c` the bits per
+    expected sent entry and :math:`|S|` the number of entries off their centre (the most a budget
+    can spend), exactly as :func:`optimal_probabilities` counts them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> budget_terms(np.array([[1.0, 0.0, 3.0]]), "sparse", 32, "zero")
+    (0.0, 34.0, 2)
+    """
+    Xn, _ = check_matrix(X)
+    n, d = Xn.shape
+    spec = IndependentEncoder(1.0, mu).mu
+    centre_sent = not (isinstance(spec, str) and spec == "zero")
+    fixed, per = _cost_terms(n, d, protocol, _check_r(r), centre_sent)
+    support = int(np.count_nonzero(_deviations(Xn, _centres(Xn, spec)) > 0))
+    return fixed, per, support
+
+
 def _objective(a: np.ndarray, p: np.ndarray) -> float:
     on = a > 0
     return float(np.sum((1.0 / p[on] - 1.0) * a[on] ** 2))
@@ -277,7 +303,7 @@ def mse_bounds(X: Any, budget: float, mu: CentreSpec = "mean") -> MSEBounds:
     (6.0, 10.0, True)
     """
     Xn, _ = check_matrix(X)
-    b = _check_budget(budget)
+    b = check_budget(budget)
     a = _deviations(Xn, _centres(Xn, mu))
     return _bounds_from_a(a, b, Xn.shape[0])
 
@@ -331,7 +357,7 @@ def low_budget_solution(X: Any, budget: float, mu: CentreSpec = "mean") -> LowBu
     (True, array([[0.75, 0.25, 0.  ]]), 6.0)
     """
     Xn, _ = check_matrix(X)
-    b = _check_budget(budget)
+    b = check_budget(budget)
     a = _deviations(Xn, _centres(Xn, mu))
     s1 = float(np.sum(a))
     s = int(np.count_nonzero(a))
@@ -842,7 +868,7 @@ def optimal_probabilities(
     t0 = time.perf_counter()
     Xn, kind = check_matrix(X)
     n, d = Xn.shape
-    protocol = _check_protocol(protocol)
+    protocol = check_protocol(protocol)
     r = _check_r(r)
     if not isinstance(method, str) or method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
@@ -864,7 +890,7 @@ def optimal_probabilities(
     if bits is not None:
         B = budget_from_bits(bits, n, d, protocol, r, centre_sent)
     elif budget is not None:
-        B = _check_budget(budget)
+        B = check_budget(budget)
     per_node = (
         None if per_node_budget is None else _as_vector(per_node_budget, n, "per_node_budget")
     )
@@ -877,9 +903,9 @@ def optimal_probabilities(
         )
     cap_arr = None
     if caps is not None:
-        from .waterfill import _check_caps
+        from .waterfill import check_caps
 
-        cap_arr = np.ascontiguousarray(_check_caps(caps, (n, d)))
+        cap_arr = np.ascontiguousarray(check_caps(caps, (n, d)))
     max_iter = check_int_in_range(max_iter, "max_iter", 1, 10**6)
     rtol = check_real(rtol, "rtol", 0.0)
 

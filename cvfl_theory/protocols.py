@@ -32,6 +32,7 @@ Examples
 --------
 >>> import numpy as np
 >>> from cvfl_theory import IndependentEncoder
+>>> from cvfl_theory.encoded import decode
 >>> X = np.arange(12, dtype=np.float32).reshape(2, 6)
 >>> enc = IndependentEncoder(p=0.5, mu="zero").encode(X, rng=1)
 >>> proto = SparseProtocol(r=32)
@@ -55,8 +56,8 @@ import numpy as np
 
 from ._validate import check_fits_float, check_float_width, check_int_in_range
 from .bitpack import BitReader, BitWriter, float_dtype
-from .encoded import SEEDED_SCHEMES, Encoded, NodeMessage, decode
-from .encoders import BinaryQuantizationEncoder, Encoder, _check_encoded
+from .encoded import SEEDED_SCHEMES, Encoded, NodeMessage
+from .encoders import BinaryQuantizationEncoder, Encoder, check_encoded
 from .rotation import padded_dimension
 from .sampling import bernoulli_support, k_subset_support
 
@@ -70,7 +71,6 @@ __all__ = [
     "index_bits",
     "PROTOCOLS",
     "applicable_protocols",
-    "decode",
 ]
 
 _MAGIC = b"KR"
@@ -134,7 +134,7 @@ class Protocol(ABC):
 
     def payload_bits(self, encoded: Encoded) -> np.ndarray:
         r"""Per-node payload bits :math:`\beta(Y_i)` for this realisation, shape ``(n,)``."""
-        _check_encoded(encoded)
+        check_encoded(encoded)
         self.check_applicable(encoded)
         return np.array([self._node_payload_bits(m, encoded) for m in encoded.nodes], np.int64)
 
@@ -176,7 +176,7 @@ class Protocol(ABC):
             The protocol cannot carry ``encoded``, or a value or centre overflows the ``r``-bit
             float of the wire (e.g. ``1e6`` with ``r = 16``): refused, never sent as ``inf``.
         """
-        _check_encoded(encoded)
+        check_encoded(encoded)
         self.check_applicable(encoded)
         self._check_fits(encoded)
         out = []

@@ -16,7 +16,7 @@ from typing import Any
 from ._atomic import atomic_write_text
 from ._export import dataframe
 
-__all__ = ["Table", "format_value", "atomic_write_text"]
+__all__ = ["Table", "format_value"]
 
 
 def format_value(v: Any) -> str:

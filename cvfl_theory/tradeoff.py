@@ -18,7 +18,7 @@ Methods (rows of :func:`tradeoff_curve`):
   :math:`n(2r + d')` bits (:math:`d'` the padded dimension).
 
 Data sets to run it on (per-node gradients of a logistic regression on scikit-learn data, and a
-heavy-tailed synthetic set) live in :mod:`cvfl_sim.reference_data`: ``cvfl_theory`` does no I/O.
+heavy-tailed synthetic set) live in :mod:`cvfl_sim.experiments.reference_data`: ``cvfl_theory`` does no I/O.
 
 References
 ----------
@@ -40,7 +40,7 @@ from .encoders import (
     IndependentEncoder,
     RotatedBinaryEncoder,
 )
-from .optimal import _check_protocol, budget_from_bits, optimal_probabilities
+from .optimal import budget_from_bits, check_protocol, optimal_probabilities
 from .protocols import BinaryProtocol, SeededSparseProtocol, SparseProtocol, VaryingLengthProtocol
 from .table import Table
 
@@ -109,7 +109,7 @@ def tradeoff_curve(
     """
     Xn, _ = check_matrix(X)
     n, d = Xn.shape
-    protocol = _check_protocol(protocol)
+    protocol = check_protocol(protocol)
     if isinstance(methods, str) or not hasattr(methods, "__iter__"):
         raise TypeError(
             f"methods must be a sequence of method names from {METHODS}, got {methods!r}"

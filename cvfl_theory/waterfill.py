@@ -170,7 +170,8 @@ class WaterFillResult:
         return f"optimal: lambda = {self.threshold:.6g}, {regime}"
 
 
-def _check_budget(budget: Any, name: str = "budget") -> float:
+def check_budget(budget: Any, name: str = "budget") -> float:
+    """``budget`` as a float, refused (naming ``name``) unless a finite positive number."""
     if isinstance(budget, bool):
         raise TypeError(f"{name} must be a positive number, got {budget!r}")
     try:
@@ -213,7 +214,8 @@ def _check_weights(a: np.ndarray, name: str = "a") -> None:
         )
 
 
-def _check_caps(caps: Any, shape: tuple[int, ...]) -> np.ndarray:
+def check_caps(caps: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """``caps`` broadcast to ``shape`` as float64, refused unless every cap is in ``(0, 1]``."""
     c, _ = _as_float_array(caps, "caps")
     try:
         c = np.broadcast_to(c, shape)
@@ -427,10 +429,10 @@ def water_fill(a: Any, budget: float, caps: Any = None) -> WaterFillResult:
     True
     """
     arr, kind = _as_float_array(a, "a")
-    b = _check_budget(budget)
+    b = check_budget(budget)
     _check_weights(arr)
     flat = arr.reshape(-1)
-    c = None if caps is None else _check_caps(caps, arr.shape)
+    c = None if caps is None else check_caps(caps, arr.shape)
     cflat = None if c is None else np.ascontiguousarray(c).reshape(-1)
     n_support = int(np.count_nonzero(flat))
     cap_total = float(n_support) if cflat is None else float(np.sum(cflat, where=flat > 0))

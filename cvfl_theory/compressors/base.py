@@ -231,7 +231,7 @@ def as_matrix(
     return a.reshape(shape2d(shape)), kind, shape, a.dtype
 
 
-def _shape_or_x(x_or_shape: Any) -> tuple[tuple[int, int], np.ndarray | None]:
+def shape_or_x(x_or_shape: Any) -> tuple[tuple[int, int], np.ndarray | None]:
     """Split the ``x_or_shape`` argument into ``((B, P), array or None)``.
 
     A ``tuple`` is a shape, a numpy array or torch tensor is data; a ``list`` is refused, since

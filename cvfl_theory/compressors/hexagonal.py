@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import _kernels
 from ..bitpack import BitReader
-from ..lattice import SQRT3, A2BoxCodebook, _tables
+from ..lattice import SQRT3, A2BoxCodebook, codebook_tables
 from ._common import range_bits
 from .base import shape2d
 from .quantizer import RangeQuantizer
@@ -24,7 +24,7 @@ def _kernel_codebook(cb: A2BoxCodebook) -> tuple[Any, ...]:
     ``pxy`` holds the codewords' coordinates interleaved, ``(x_0, y_0, x_1, y_1, ...)``: the
     reconstruction loads codeword ``k`` as one 16-byte pair.
     """
-    lut, (j0, i0), px, py = _tables(cb)
+    lut, (j0, i0), px, py = codebook_tables(cb)
     return (
         cb.a,
         np.ascontiguousarray(lut, dtype=np.int32),

@@ -13,7 +13,7 @@ import numpy as np
 from .._rng import RNGLike
 from .._validate import check_fits_float, check_float_width
 from ..bitpack import BitReader, BitWriter
-from .base import Compressor, _shape_or_x, shape2d
+from .base import Compressor, shape2d, shape_or_x
 
 __all__ = ["Identity"]
 
@@ -61,7 +61,7 @@ class Identity(Compressor):
 
     def expected_error(self, x_or_shape: Any) -> float:
         """Exact rounding error of ``x`` to ``r``-bit floats (0 for a shape)."""
-        _, a = _shape_or_x(x_or_shape)
+        _, a = shape_or_x(x_or_shape)
         if a is None:
             return 0.0
         d = check_fits_float(a, self.r, "x").astype(np.float64) - a
@@ -69,7 +69,7 @@ class Identity(Compressor):
 
     def published_bound(self, x_or_shape: Any) -> float:
         """0: the paper treats 32-bit floats as exact."""
-        _shape_or_x(x_or_shape)
+        shape_or_x(x_or_shape)
         return 0.0
 
     def _compress(

@@ -33,7 +33,7 @@ from ._common import (
     type_code,
     write_range,
 )
-from .base import Compressor, _shape_or_x, draw_seed
+from .base import Compressor, draw_seed, shape_or_x
 
 #: Smallest cell length of a fixed range: the 2**-32 dither grid on it stays a normal float64.
 _MIN_CELL = float(np.finfo(np.float64).tiny) * 2.0**32
@@ -129,7 +129,7 @@ class RangeQuantizer(Compressor):
 
     def _data_spans(self, x: Any, what: str) -> np.ndarray:
         """Range widths ``hi - lo`` used for the data ``x`` (``what`` names the caller)."""
-        _, a = _shape_or_x(x)
+        _, a = shape_or_x(x)
         if a is None:
             raise TypeError(f"{what} needs the data x, not a shape")
         lo, hi = data_range(a, self.range)
@@ -137,7 +137,7 @@ class RangeQuantizer(Compressor):
 
     def _row_cells(self, x_or_shape: Any, what: str) -> tuple[np.ndarray, int, np.ndarray | None]:
         """Per-row cell parameters broadcast to B rows, P, and the data (or None)."""
-        (B, P), a = _shape_or_x(x_or_shape)
+        (B, P), a = shape_or_x(x_or_shape)
         if a is None:
             if isinstance(self.range, str):
                 raise ValueError(

@@ -16,7 +16,7 @@ from .._rng import RNGLike
 from .._validate import check_fits_float, check_float_width, check_int_in_range, raise_not_finite
 from ..bitpack import BitReader, BitWriter
 from ._common import kernel_input, type_code
-from .base import Compressor, _shape_or_x, shape2d
+from .base import Compressor, shape2d, shape_or_x
 
 __all__ = ["TopK"]
 
@@ -123,7 +123,7 @@ class TopK(Compressor):
 
     def expected_error(self, x_or_shape: Any) -> float:
         r"""Exact (deterministic) error on ``x``: the dropped energy plus value rounding (C5.4)."""
-        _, a = _shape_or_x(x_or_shape)
+        _, a = shape_or_x(x_or_shape)
         if a is None:
             raise ValueError("top-k error depends on the data: pass x, not a shape")
         self._check_shape(a.shape)
@@ -132,7 +132,7 @@ class TopK(Compressor):
 
     def published_bound(self, x_or_shape: Any) -> float:
         r"""The paper's :math:`B (1 - k/P) (\|h\|^2)_{\max}` (largest squared row norm)."""
-        (B, P), a = _shape_or_x(x_or_shape)
+        (B, P), a = shape_or_x(x_or_shape)
         if a is None:
             raise ValueError("the published top-k bound needs max ||h||^2: pass x, not a shape")
         k = self.k_for(P)

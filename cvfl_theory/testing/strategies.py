@@ -332,21 +332,6 @@ def compressor_problems(
     return tensors(**tensor_kwargs).flatmap(pair)
 
 
-def _budget_terms(X: Any, protocol: str, r: int, mu: Any) -> tuple[float, float, int]:
-    """(fixed bits, bits per expected sent entry, support size |S|) of ``X`` under K3/K6."""
-    from .._validate import check_matrix
-    from ..encoders import IndependentEncoder
-    from ..optimal import _centres, _check_r, _cost_terms, _deviations
-
-    Xn, _ = check_matrix(X)
-    n, d = Xn.shape
-    spec = IndependentEncoder(1.0, mu).mu
-    centre_sent = not (isinstance(spec, str) and spec == "zero")
-    fixed, per = _cost_terms(n, d, protocol, _check_r(r), centre_sent)
-    support = int(np.count_nonzero(_deviations(Xn, _centres(Xn, spec)) > 0))
-    return fixed, per, support
-
-
 def bit_budgets(
     X: Any,
     *,
@@ -385,10 +370,12 @@ def bit_budgets(
         If every entry of ``X`` equals its centre (:math:`|S| = 0`: no budget is feasible and
         unsaturated), or the fractions are out of range.
     """
+    from ..optimal import budget_terms
+
     st = _st()
     lo = check_real(min_fraction, "min_fraction", 0.0, 1.0, low_open=True, high_open=True)
     hi = check_real(max_fraction, "max_fraction", lo, 1.0, high_open=True)
-    fixed, per, support = _budget_terms(X, protocol, r, mu)
+    fixed, per, support = budget_terms(X, protocol, r, mu)
     if support == 0:
         raise ValueError(
             f"X has no entry off its centres (mu={mu!r}): |S| = 0, so every bit budget above the "
@@ -421,8 +408,10 @@ def budget_problems(
         if matrix_kwargs.get("max_d", 10) < 2:
             raise ValueError(f"mu={mu!r} needs max_d >= 2 (a single column equals its centre)")
 
+    from ..optimal import budget_terms
+
     def supported(X: np.ndarray) -> np.ndarray:
-        if _budget_terms(X, protocol, r, mu)[2] == 0:
+        if budget_terms(X, protocol, r, mu)[2] == 0:
             X = X.copy()
             X[0, 0] = X[0, 0] + X.dtype.type(1)
         return X
