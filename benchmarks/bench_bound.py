@@ -1,6 +1,6 @@
 """Cost of the convergence checks (C4.1, C4.2), as ratios and wall times (never asserted in tests).
 
-1. **Lemma-1 probe overhead**: the time :class:`cvfl_sim.lemma1.Lemma1Probe` spends at one probed
+1. **Lemma-1 probe overhead**: the time :class:`cvfl_sim.bounds.lemma1.Lemma1Probe` spends at one probed
    local step (exact left side, chain-reading constants at both points, expected errors, and the
    tight term of C4.5 when ``tight=True``) ÷ the time of one plain round of the same run
    (breast cancer, 4 MLP parties, B = 64, Q = 1, 2-bit scalar quantizer). Minimum over
@@ -17,10 +17,11 @@ import time
 
 import torch
 
-from cvfl_sim.algorithm import CVFLConfig, train
-from cvfl_sim.data import load_dataset
-from cvfl_sim.experiments import make_compressor
-from cvfl_sim.lemma1 import Lemma1Probe
+from cvfl_sim.bounds.lemma1 import Lemma1Probe
+from cvfl_sim.vfl.compressors import make_compressor
+from cvfl_sim.vfl.config import CVFLConfig
+from cvfl_sim.vfl.data import load_dataset
+from cvfl_sim.vfl.train import train
 
 REPEATS = 3
 QUICK_TARGET = 60.0
@@ -55,7 +56,7 @@ def main() -> int:
         p, r = _probe_ratio(tight)
         name = "with tight term" if tight else "left side + constants"
         print(f"{name:<22} {p:9.4f} {r:9.5f} {p / r:7.1f}")
-    cmd = [sys.executable, "-m", "cvfl_sim.cli", "bound", "--quick", "--json"]
+    cmd = [sys.executable, "-m", "cvfl_sim.commands.cli", "bound", "--quick", "--json"]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0

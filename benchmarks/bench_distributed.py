@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from cvfl_sim.algorithm import CVFLConfig
-from cvfl_sim.data import load_dataset
-from cvfl_sim.distributed import format_latency_table, latency_table
+from cvfl_sim.experiments.latency import format_latency_table, latency_table
+from cvfl_sim.vfl.config import CVFLConfig
+from cvfl_sim.vfl.data import load_dataset
 from cvfl_theory.compressors import HexLatticeQuantizer
 
 

@@ -22,8 +22,10 @@ import sys
 
 import torch
 
-from cvfl_sim.algorithm import CVFLConfig, joint_sgd, train
-from cvfl_sim.data import load_dataset
+from cvfl_sim.vfl.config import CVFLConfig
+from cvfl_sim.vfl.data import load_dataset
+from cvfl_sim.vfl.joint_sgd import joint_sgd
+from cvfl_sim.vfl.train import train
 
 REPEATS = 5
 

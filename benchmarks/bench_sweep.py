@@ -1,4 +1,4 @@
-"""Sweeps on every core (cvfl_sim.sweep): a whole command's cold start, ``--jobs 2`` ÷ serial.
+"""Sweeps on every core (cvfl_sim.experiments.sweep): a whole command's cold start, ``--jobs 2`` ÷ serial.
 
 1. ``cvfl reproduce parties --quick --seeds 1`` (8 quick runs: digits-views with 4 and 12
    parties, lattice quantization at ``b = 2, 3, 4, 32``) into a fresh folder, each time in a

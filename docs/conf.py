@@ -49,6 +49,152 @@ autodoc_typehints = "none"
 autodoc_default_options = {"members": True, "show-inheritance": True}
 nitpicky = False
 
+# -- the API reference: one page per module, grouped, written here on every build ----------------
+API_SECTIONS = [
+    (
+        "Mean estimation: encoders, protocols, verification",
+        [
+            "cvfl_theory",
+            "cvfl_theory.encoders",
+            "cvfl_theory.encoded",
+            "cvfl_theory.protocols",
+            "cvfl_theory.sampling",
+            "cvfl_theory.rotation",
+            "cvfl_theory.section5",
+            "cvfl_theory.verify",
+            "cvfl_theory.bitpack",
+            "cvfl_theory.table",
+        ],
+    ),
+    (
+        "Mean estimation: optimal probabilities for a bit budget",
+        ["cvfl_theory.waterfill", "cvfl_theory.optimal", "cvfl_theory.tradeoff"],
+    ),
+    (
+        "C-VFL compressors and bounds",
+        [
+            "cvfl_theory.compressors",
+            "cvfl_theory.compressors.base",
+            "cvfl_theory.compressors.quantizer",
+            "cvfl_theory.compressors.scalar",
+            "cvfl_theory.compressors.hexagonal",
+            "cvfl_theory.compressors.topk",
+            "cvfl_theory.compressors.identity",
+            "cvfl_theory.compressors.report",
+            "cvfl_theory._kernels",
+            "cvfl_theory.lattice",
+            "cvfl_theory.bounds",
+        ],
+    ),
+    (
+        "Testing helpers",
+        ["cvfl_theory.testing", "cvfl_theory.testing.exact", "cvfl_theory.testing.strategies"],
+    ),
+    (
+        "Simulator: runs (cvfl_sim.vfl)",
+        [
+            "cvfl_sim",
+            "cvfl_sim.vfl",
+            "cvfl_sim.vfl.train",
+            "cvfl_sim.vfl.config",
+            "cvfl_sim.vfl.data",
+            "cvfl_sim.vfl.models",
+            "cvfl_sim.vfl.compressors",
+            "cvfl_sim.vfl.schedules",
+            "cvfl_sim.vfl.vectorised",
+            "cvfl_sim.vfl.roles",
+            "cvfl_sim.vfl.distributed",
+            "cvfl_sim.vfl.transport",
+            "cvfl_sim.vfl.steps",
+            "cvfl_sim.vfl.evaluate",
+            "cvfl_sim.vfl.joint_sgd",
+            "cvfl_sim.vfl.ledger",
+            "cvfl_sim.vfl.record",
+            "cvfl_sim.vfl.results",
+            "cvfl_sim.vfl.checkpoint",
+            "cvfl_sim.vfl.threads",
+        ],
+    ),
+    (
+        "Simulator: the theory checked on runs (cvfl_sim.bounds)",
+        [
+            "cvfl_sim.bounds",
+            "cvfl_sim.bounds.theorems",
+            "cvfl_sim.bounds.lemma1",
+            "cvfl_sim.bounds.tight_term",
+            "cvfl_sim.bounds.analytic_constants",
+            "cvfl_sim.bounds.plotting",
+        ],
+    ),
+    (
+        "Simulator: the paper's experiments (cvfl_sim.experiments)",
+        [
+            "cvfl_sim.experiments",
+            "cvfl_sim.experiments.compressors",
+            "cvfl_sim.experiments.local_steps",
+            "cvfl_sim.experiments.parties",
+            "cvfl_sim.experiments.curves",
+            "cvfl_sim.experiments.theorem_runs",
+            "cvfl_sim.experiments.schedule_check",
+            "cvfl_sim.experiments.latency",
+            "cvfl_sim.experiments.specs",
+            "cvfl_sim.experiments.sweep",
+            "cvfl_sim.experiments.tables",
+            "cvfl_sim.experiments.plotting",
+            "cvfl_sim.experiments.timing",
+            "cvfl_sim.experiments.reference_data",
+            "cvfl_sim.experiments.verify_suite",
+        ],
+    ),
+    (
+        "Simulator: the command line (cvfl_sim.commands)",
+        [
+            "cvfl_sim.commands",
+            "cvfl_sim.commands.cli",
+            "cvfl_sim.commands.verify",
+            "cvfl_sim.commands.optimize",
+            "cvfl_sim.commands.compare",
+            "cvfl_sim.commands.train",
+            "cvfl_sim.commands.bound",
+            "cvfl_sim.commands.reproduce",
+        ],
+    ),
+]
+"""The modules of the API reference, in the order of its index; every public module is listed
+(``tests/test_docs_api.py`` checks it). Each gets its own page under ``api/``."""
+
+# packages whose __all__ re-exports their modules' names: their pages show the docstring alone
+# (the names are documented on their own modules' pages)
+_REEXPORTING = {"cvfl_theory", "cvfl_sim", "cvfl_theory.compressors"}
+
+
+def _write_if_changed(path, text):
+    old = open(path).read() if os.path.exists(path) else None
+    if old != text:
+        with open(path, "w") as f:
+            f.write(text)
+
+
+def write_api_pages(folder):
+    """Write ``api/index.rst`` (a toctree per section) and one ``api/<module>.rst`` per module."""
+    os.makedirs(folder, exist_ok=True)
+    index = ["API reference", "=============", ""]
+    index.append("One page per module. The simulator's four wings (:doc:`../architecture`) import")
+    index.append("only downward: ``commands`` → ``experiments`` → ``bounds`` → ``vfl``.")
+    index.append("")
+    for title, modules in API_SECTIONS:
+        index += [title, "-" * len(title), "", ".. toctree::", "   :maxdepth: 1", ""]
+        index += [f"   {m}" for m in modules]
+        index.append("")
+        for m in modules:
+            opts = ["   :no-members:"] if m in _REEXPORTING else []
+            body = [m, "=" * len(m), "", f".. automodule:: {m}", *opts, ""]
+            _write_if_changed(os.path.join(folder, f"{m}.rst"), "\n".join(body))
+    _write_if_changed(os.path.join(folder, "index.rst"), "\n".join(index))
+
+
+write_api_pages(os.path.join(os.path.dirname(os.path.abspath(__file__)), "api"))
+
 # -- executed examples (sphinx-gallery) ------------------------------------------------------
 sphinx_gallery_conf = {
     "examples_dirs": "examples",
@@ -141,7 +287,7 @@ class MarkdownTable(CSVTable):
     """``.. md-table:: caption`` with ``:file: x.md``: the file's first pipe table as a table.
 
     The experiments write each table twice, as raw ``.csv`` and as ``.md`` with numbers rounded
-    for reading (``cvfl_sim.experiments.write_table``); this is ``csv-table`` fed from the
+    for reading (``cvfl_sim.experiments.tables.write_table``); this is ``csv-table`` fed from the
     ``.md``, so the page shows the rounded numbers and follows every rerun. The first row is the
     header; the table gets the ``cvfl-results`` class (compact, scrolls when wide).
     """

@@ -1,7 +1,7 @@
 """C4.1 (Lemma 1), measured on a real run: right side / left side >= 1 for every block.
 
 A short C-VFL run (breast cancer, 4 MLP parties, linear head, 2-bit dithered scalar quantizer on
-every message, Q = 2) with :class:`cvfl_sim.lemma1.Lemma1Probe` at the first and last local step
+every message, Q = 2) with :class:`cvfl_sim.bounds.lemma1.Lemma1Probe` at the first and last local step
 of every round. The left side :math:`\\|\\nabla_m F_B(\\Phi_m^t) - \\nabla_m F_B(\\hat\\Phi_m^t)\\|^2`
 is computed exactly (two gradients on the round's batch, float64); the right side is
 :math:`H_m^2 G_m^2 \\sum_{j\\ne m} E_j` with the chain reading's constants (operator norms of the
@@ -23,9 +23,10 @@ def _stats(r: np.ndarray) -> tuple[float, float, float]:
 
 
 def check() -> CheckResult:
-    from cvfl_sim.algorithm import CVFLConfig, train
-    from cvfl_sim.data import load_dataset
-    from cvfl_sim.lemma1 import Lemma1Probe
+    from cvfl_sim.bounds.lemma1 import Lemma1Probe
+    from cvfl_sim.vfl.config import CVFLConfig
+    from cvfl_sim.vfl.data import load_dataset
+    from cvfl_sim.vfl.train import train
     from cvfl_theory.compressors import ScalarQuantizer
 
     threads = torch.get_num_threads()

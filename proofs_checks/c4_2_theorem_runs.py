@@ -1,6 +1,6 @@
 """C4.2: Theorem 4.2 (as recovered) on small analytic runs, with proved constants.
 
-The analytic model (linear parties, linear softmax head; :mod:`cvfl_sim.analytic_constants`) has
+The analytic model (linear parties, linear softmax head; :mod:`cvfl_sim.bounds.analytic_constants`) has
 constants that are proved upper bounds over every point the run visits. The check trains two
 small runs on breast-cancer with a step inside the theorem's condition (``eta <= 1/(16 Q max(L, L_m))``,
 checked after the run with the run's own ``L``), evaluates
@@ -28,7 +28,7 @@ def _bound(compressor: object, Q: int) -> tuple[Any, float, dict[str, float]]:
     import torch
 
     from cvfl_sim import CVFLConfig, load_dataset
-    from cvfl_sim.analytic_constants import analytic_constants, train_recorded
+    from cvfl_sim.bounds.analytic_constants import analytic_constants, train_recorded
     from cvfl_theory.bounds import theorem_4_2
 
     torch.set_num_threads(1)
@@ -111,7 +111,7 @@ def run_check(scale: float = 1.0, runs: dict | None = None) -> CheckResult:
         claim="Theorem 4.2 (as recovered) with proved analytic constants >= observed avg "
         "||grad F||^2 (identity Q=1 main pair; scalar 4-bit Q=2 comparison)",
         method="two breast-cancer runs of the analytic model (linear parties + head, float64), "
-        "constants proved over every visited point (cvfl_sim.analytic_constants)",
+        "constants proved over every visited point (cvfl_sim.bounds.analytic_constants)",
         symbolic=None,
         empirical=obs_id,
         theoretical=total_id,

@@ -1,6 +1,6 @@
 """C4.3: with eta = 1/sqrt(T) and the C5 table's bits, the average ||grad F||^2 falls like T^(-1/2).
 
-Runs of the analytic model on breast-cancer (``cvfl_sim.schedule_check.rate_experiment``) at
+Runs of the analytic model on breast-cancer (``cvfl_sim.experiments.schedule_check.rate_experiment``) at
 ``T`` = 16, 40, 112, 512 local iterations (1.5 decades), three seeds each, with ``eta = 1/sqrt(T)``
 and a dithered scalar quantizer at ``q_min(T)`` bits (``cvfl_theory.bounds.c5_parameters``: the
 fewest bits whose exact per-round error is at most ``1/sqrt(T)`` per unit range). The log-log
@@ -20,7 +20,7 @@ SEEDS = (0, 1, 2)
 def check() -> CheckResult:
     import torch
 
-    from cvfl_sim.schedule_check import rate_experiment
+    from cvfl_sim.experiments.schedule_check import rate_experiment
 
     torch.set_num_threads(1)
     res = rate_experiment(Ts=TS, seeds=SEEDS)
@@ -34,7 +34,7 @@ def check() -> CheckResult:
         claim="eta = 1/sqrt(T), q_min(T) bits: slope of log avg ||grad F||^2 vs log T has a 95% "
         "CI containing -1/2",
         method=f"analytic model on breast-cancer, T = {TS}, seeds {SEEDS}; OLS with t-interval "
-        "(cvfl_sim.schedule_check)",
+        "(cvfl_sim.experiments.schedule_check)",
         symbolic=None,
         empirical=f.slope,
         theoretical=-0.5,

@@ -1,6 +1,6 @@
 """C4.4: a diminishing step with summable eta*E keeps decreasing; a fixed coarse compressor stalls.
 
-``cvfl_sim.schedule_check.floor_experiment`` on the analytic model (breast-cancer, ``T = 1000``
+``cvfl_sim.experiments.schedule_check.floor_experiment`` on the analytic model (breast-cancer, ``T = 1000``
 rounds, ``Q = 1``, one seed), both arms with ``eta = 0.5 (t0 + 1)^(-3/4)`` (sum eta = inf,
 sum eta^2 < inf):
 
@@ -23,7 +23,7 @@ from .result import CheckResult, Comparison
 def check() -> CheckResult:
     import torch
 
-    from cvfl_sim.schedule_check import floor_experiment
+    from cvfl_sim.experiments.schedule_check import floor_experiment
 
     torch.set_num_threads(1)
     res = floor_experiment(T=1000, seeds=(0,), arms=("summable", "fixed-rounding"))
@@ -37,7 +37,7 @@ def check() -> CheckResult:
         claim="diminishing step: summable eta*E keeps ||grad F||^2 decreasing (late slope CI < 0); "
         "a fixed 1-bit rounding quantizer stalls (late slope CI reaches 0)",
         method="analytic model on breast-cancer, T = 1000, window means over 10 log-spaced "
-        "windows, OLS slope over the last 5 (cvfl_sim.schedule_check)",
+        "windows, OLS slope over the last 5 (cvfl_sim.experiments.schedule_check)",
         symbolic=None,
         empirical=s.high,
         theoretical=0.0,

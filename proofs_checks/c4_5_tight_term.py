@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from cvfl_sim.tight_term import (
+from cvfl_sim.bounds.tight_term import (
     CE_THIRD,
     SOFTMAX_LIPSCHITZ,
     SUBGAUSSIAN_FOURTH,

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import cvfl_sim.experiments as ex
-from cvfl_sim import algorithm
-from cvfl_sim.algorithm import CVFLConfig
-from cvfl_sim.cli import main
-from cvfl_sim.data import VerticalDataset
-from cvfl_sim.transport import FRAME_BYTES
+import cvfl_sim.experiments.specs as exs
+import cvfl_sim.vfl.train as vfl_train
+from cvfl_sim.commands.cli import main
+from cvfl_sim.vfl.config import CVFLConfig
+from cvfl_sim.vfl.data import VerticalDataset
+from cvfl_sim.vfl.transport import FRAME_BYTES
 from cvfl_theory.compressors import ScalarQuantizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,8 +134,8 @@ def set_one_epoch(mp):
     Only the epochs change, and they travel inside each RunSpec, so worker processes (which do
     not see this monkeypatch) train exactly what the serial run trains.
     """
-    st = {**ex.SETTINGS["breast-cancer"], "quick_epochs": 1}
-    mp.setitem(ex.SETTINGS, "breast-cancer", st)
+    st = {**exs.SETTINGS["breast-cancer"], "quick_epochs": 1}
+    mp.setitem(exs.SETTINGS, "breast-cancer", st)
 
 
 def record_training(mp):
@@ -144,13 +144,13 @@ def record_training(mp):
     Returns the list the configurations are appended to, one per run trained in this process.
     """
     calls = []
-    real = algorithm.train
+    real = vfl_train.train
 
     def recording(ds, cfg):
         calls.append(cfg)
         return real(ds, cfg)
 
-    mp.setattr(algorithm, "train", recording)
+    mp.setattr(vfl_train, "train", recording)
     return calls
 
 

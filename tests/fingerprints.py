@@ -127,13 +127,13 @@ def result_digests(res: Any) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------- the runs
 @functools.cache
 def data(name: str) -> Any:
-    from cvfl_sim.data import load_dataset
+    from cvfl_sim.vfl.data import load_dataset
 
     return load_dataset(name)
 
 
 def cfg(**kw: Any) -> Any:
-    from cvfl_sim.algorithm import CVFLConfig
+    from cvfl_sim.vfl.config import CVFLConfig
 
     base = {"epochs": 2, "batch_size": 128, "eval_every": 2, "embedding_size": 4, "lr": 0.05}
     return CVFLConfig(**{**base, **kw})
@@ -146,14 +146,14 @@ def compressors() -> Any:
 
 
 def run(ds: str, backend: str = "inprocess", **kw: Any) -> dict[str, str]:
-    from cvfl_sim.algorithm import train
+    from cvfl_sim.vfl.train import train
 
     return result_digests(train(data(ds), cfg(**kw), backend=backend))
 
 
 def run_checkpointed(ds: str, backend: str, **kw: Any) -> dict[str, str]:
     """A run writing a checkpoint: the file after epoch 1 and at the end, and the result."""
-    from cvfl_sim.algorithm import train
+    from cvfl_sim.vfl.train import train
 
     snaps: list[bytes] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -176,7 +176,7 @@ class _Stop(Exception):
 
 def run_resumed(ds: str, **kw: Any) -> dict[str, str]:
     """A run stopped after epoch 1 (its checkpoint kept), then resumed to the end."""
-    from cvfl_sim.algorithm import train
+    from cvfl_sim.vfl.train import train
 
     def stop(epoch: int) -> None:
         if epoch == 1:
@@ -197,8 +197,8 @@ def run_resumed(ds: str, **kw: Any) -> dict[str, str]:
 
 
 def run_probed() -> dict[str, str]:
-    from cvfl_sim.algorithm import train
-    from cvfl_sim.lemma1 import Lemma1Probe
+    from cvfl_sim.bounds.lemma1 import Lemma1Probe
+    from cvfl_sim.vfl.train import train
 
     c = compressors()
     probe = Lemma1Probe(every=2, steps="ends", tight=True)
@@ -211,7 +211,8 @@ def run_probed() -> dict[str, str]:
 
 
 def run_joint_sgd() -> dict[str, str]:
-    from cvfl_sim.algorithm import build_models, joint_sgd
+    from cvfl_sim.vfl.config import build_models
+    from cvfl_sim.vfl.joint_sgd import joint_sgd
 
     parties, server, _ = joint_sgd(data("breast-cancer"), cfg(Q=1))
     p0, s0 = build_models(data("digits-quadrants"), cfg(server_model="mlp"))
@@ -223,12 +224,13 @@ def reproduce(name: str, digits: int | None) -> dict[str, str]:
     import contextlib
     import io
 
-    from cvfl_sim.cli import main
+    from cvfl_sim.commands.cli import main
 
     with tempfile.TemporaryDirectory() as tmp:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             code = main(["reproduce", name, "--quick", "--out", tmp])
-        assert code in (0, None), f"cvfl reproduce {name} exited {code}"
+        assert code in (0, None), f"cvfl reproduce {name} exited {code}: {err.getvalue()[-2000:]}"
         folder = Path(tmp) / name
         out = {}
         for f in sorted(folder.glob("*.csv")):
@@ -249,7 +251,7 @@ def _number(x: str) -> Any:
 
 
 def _schedule() -> Any:
-    from cvfl_sim.schedules import CompressionSchedule
+    from cvfl_sim.vfl.schedules import CompressionSchedule
 
     c = compressors()
     return CompressionSchedule(
@@ -259,7 +261,7 @@ def _schedule() -> Any:
 
 def _runs() -> dict[str, Callable[[], dict[str, str]]]:
     c = compressors()
-    from cvfl_sim.schedules import InverseSqrt, StepDecay
+    from cvfl_sim.vfl.schedules import InverseSqrt, StepDecay
 
     hex3 = c.HexLatticeQuantizer(bits=3, range="minmax-tensor")
     return {

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from cvfl_sim.analytic_constants import (
+from cvfl_sim.bounds.analytic_constants import (
     LinearPoint,
     analytic_constants,
     cross_hessian_norm,

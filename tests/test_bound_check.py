@@ -1,4 +1,4 @@
-"""C9 measured constants and the C4.2 bound on a real run (cvfl_sim.bound_check)."""
+"""C9 measured constants and the C4.2 bound on a real run (cvfl_sim.bounds.theorems)."""
 
 import math
 
@@ -8,10 +8,10 @@ import torch
 from _helpers import run_json
 
 from cvfl_sim import train
-from cvfl_sim.algorithm import CVFLConfig
-from cvfl_sim.bound_check import bound_vs_observed, estimate_constants
-from cvfl_sim.data import load_dataset
-from cvfl_sim.results import RunResult
+from cvfl_sim.bounds.theorems import bound_vs_observed, estimate_constants
+from cvfl_sim.vfl.config import CVFLConfig
+from cvfl_sim.vfl.data import load_dataset
+from cvfl_sim.vfl.results import RunResult
 from cvfl_theory.compressors import ScalarQuantizer
 
 torch.set_num_threads(1)
@@ -169,7 +169,7 @@ def test_refuses_mismatched_constants(ds, runs):
 
 
 def test_cli_bad_dataset_exit_code(capsys):
-    from cvfl_sim.cli import main
+    from cvfl_sim.commands.cli import main
 
     assert main(["bound", "--dataset", "no-such-data"]) == 2
     assert capsys.readouterr().err.startswith("cvfl: error: unknown data set name")
@@ -178,7 +178,7 @@ def test_cli_bad_dataset_exit_code(capsys):
 
 
 def test_dense_jacobian_and_norms_match_autograd_functional():
-    from cvfl_sim._autodiff import jacobian, op_norm
+    from cvfl_sim.bounds._autodiff import jacobian, op_norm
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(3, 4, dtype=torch.float64, generator=g, requires_grad=True)
@@ -206,7 +206,7 @@ def test_cli_quick_json(capsys):
 
 @pytest.fixture(scope="module")
 def probed(ds):
-    from cvfl_sim.lemma1 import Lemma1Probe
+    from cvfl_sim.bounds.lemma1 import Lemma1Probe
 
     cfg = _cfg(ScalarQuantizer(2, range="minmax-tensor"), epochs=1)
     probe = Lemma1Probe(every=1, steps="first")
@@ -280,7 +280,7 @@ def test_json_html_and_plot(probed):
 
 
 def test_cli_threads_is_checked_before_work(capsys):
-    from cvfl_sim.cli import main
+    from cvfl_sim.commands.cli import main
 
     assert main(["bound", "--threads", "0"]) == 2  # refused before any data is loaded
     assert "--threads must be >= 1, got 0" in capsys.readouterr().err

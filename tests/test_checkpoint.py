@@ -19,8 +19,9 @@ from _helpers import (
     tiny_dataset,
 )
 
-from cvfl_sim.algorithm import CVFLConfig, train
-from cvfl_sim.checkpoint import MAX_HEADER_BYTES, read_checkpoint, write_checkpoint
+from cvfl_sim.vfl.checkpoint import MAX_HEADER_BYTES, read_checkpoint, write_checkpoint
+from cvfl_sim.vfl.config import CVFLConfig
+from cvfl_sim.vfl.train import train
 from cvfl_theory.compressors import HexLatticeQuantizer
 
 torch.set_num_threads(1)

@@ -14,9 +14,11 @@ import pytest
 from _helpers import checkpoint_header, python_stdout, record_training
 
 import cvfl_sim.experiments as ex
-from cvfl_sim.cli import main
+import cvfl_sim.experiments.specs as exs
+from cvfl_sim.commands.cli import main
 from cvfl_sim.commands.reproduce import EXPERIMENT_NAMES
-from cvfl_sim.results import RunResult, atomic_write_bytes
+from cvfl_sim.vfl.results import RunResult
+from cvfl_theory._atomic import atomic_write_bytes
 
 HEAVY = ("torch", "scipy", "cvxpy", "sklearn", "matplotlib")
 
@@ -35,8 +37,8 @@ def _one_error_line(capsys, *words):
 def test_registering_the_subcommands_imports_nothing_heavy():
     code = (
         "import sys, json\n"
-        "import cvfl_sim, cvfl_sim.cli\n"
-        "cvfl_sim.cli.build_parser().format_help()\n"
+        "import cvfl_sim, cvfl_sim.commands.cli\n"
+        "cvfl_sim.commands.cli.build_parser().format_help()\n"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
     )
     assert json.loads(python_stdout(code, timeout=120)) == []
@@ -47,7 +49,7 @@ def test_public_names_still_import_from_the_package():
 
     assert callable(train) and callable(load_dataset)
     assert CVFLConfig.__name__ == "CVFLConfig" and VerticalDataset.__name__ == "VerticalDataset"
-    assert RunResult.__module__ == "cvfl_sim.results"
+    assert RunResult.__module__ == "cvfl_sim.vfl.results"
     with pytest.raises(AttributeError, match="no attribute"):
         import cvfl_sim
 
@@ -86,11 +88,11 @@ def no_training(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("work started before the arguments were checked")
 
-    import cvfl_sim.algorithm
-    import cvfl_sim.data
+    import cvfl_sim.vfl.data
+    import cvfl_sim.vfl.train
 
-    monkeypatch.setattr(cvfl_sim.algorithm, "train", boom)
-    monkeypatch.setattr(cvfl_sim.data, "load_dataset", boom)
+    monkeypatch.setattr(cvfl_sim.vfl.train, "train", boom)
+    monkeypatch.setattr(cvfl_sim.vfl.data, "load_dataset", boom)
     monkeypatch.setattr(ex, "run_experiment", boom)
 
 
@@ -253,7 +255,7 @@ def test_results_are_written_with_mode_0666_minus_umask(tmp_path, capsys, umask,
     ],
 )
 def test_damaged_cache_entry_is_recomputed_with_a_warning(tmp_path, monkeypatch, damage):
-    spec = ex.RunSpec("breast-cancer", "scalar", 2, 2, 0, 1)
+    spec = exs.RunSpec("breast-cancer", "scalar", 2, 2, 0, 1)
     first = ex.run_sweep([spec], tmp_path, progress=False)[spec]
     path = tmp_path / "runs" / (spec.key() + ".json")
     path.write_bytes(damage(path.read_bytes()))
@@ -277,7 +279,7 @@ def test_compare_reports_the_lattice_as_unavailable_at_one_bit(capsys):
 # ------------------------------------------------------------------------------ Ctrl-C
 def test_sigint_saves_a_resumable_checkpoint_and_exits_130(tmp_path):
     ck = tmp_path / "run.ckpt"
-    cmd = [sys.executable, "-m", "cvfl_sim.cli", "train", "breast-cancer"]
+    cmd = [sys.executable, "-m", "cvfl_sim.commands.cli", "train", "breast-cancer"]
     cmd += ["--epochs", "100000", "--Q", "1", "--checkpoint", str(ck)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -318,7 +320,7 @@ def test_closed_stdout_is_not_an_error():
     import subprocess
     import sys
 
-    code = "import sys; from cvfl_sim.cli import main; sys.exit(main(['compare', '--trials', '2']))"
+    code = "import sys; from cvfl_sim.commands.cli import main; sys.exit(main(['compare', '--trials', '2']))"
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )

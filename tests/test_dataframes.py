@@ -14,8 +14,9 @@ import pytest
 from _helpers import python_stdout, tiny_dataset
 from pandas.testing import assert_frame_equal
 
-from cvfl_sim.algorithm import CVFLConfig, train
-from cvfl_sim.results import HISTORY_COLUMNS, RunResult
+from cvfl_sim.vfl.config import CVFLConfig
+from cvfl_sim.vfl.results import HISTORY_COLUMNS, RunResult
+from cvfl_sim.vfl.train import train
 from cvfl_theory import IndependentEncoder
 from cvfl_theory.compressors import HexLatticeQuantizer, ScalarQuantizer, TopK
 from cvfl_theory.compressors.report import (
@@ -121,6 +122,6 @@ def test_missing_pandas_gives_an_install_hint(monkeypatch):
 def test_importing_the_packages_does_not_import_pandas():
     code = (
         "import sys, cvfl_theory, cvfl_theory.verify, cvfl_theory.tradeoff, "
-        "cvfl_theory.compressors, cvfl_sim.results; print('pandas' in sys.modules)"
+        "cvfl_theory.compressors, cvfl_sim.vfl.results; print('pandas' in sys.modules)"
     )
     assert python_stdout(code) == "False"

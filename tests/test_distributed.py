@@ -16,9 +16,10 @@ from _helpers import (
     run_params,
 )
 
-from cvfl_sim.algorithm import checkpoint_identity, train
-from cvfl_sim.checkpoint import read_checkpoint
-from cvfl_sim.distributed import DistributedRunError, run_from_env
+from cvfl_sim.vfl.checkpoint import read_checkpoint
+from cvfl_sim.vfl.distributed import DistributedRunError, run_from_env
+from cvfl_sim.vfl.record import checkpoint_identity
+from cvfl_sim.vfl.train import train
 from cvfl_theory.compressors import ScalarQuantizer
 
 torch.set_num_threads(1)
@@ -108,7 +109,7 @@ def test_run_from_env_checks_the_torchrun_variables(monkeypatch):
 
 
 def test_latency_table_sets_measurements_beside_the_c7_model():
-    from cvfl_sim.distributed import format_latency_table, latency_table
+    from cvfl_sim.experiments.latency import format_latency_table, latency_table
 
     ds, cfg = roles_dataset(2), roles_config(epochs=1)
     rows = latency_table(ds, cfg, delays=(0.001,), Qs=(2,))

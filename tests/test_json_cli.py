@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from _helpers import run_json
 
-from cvfl_sim.cli import main
+from cvfl_sim.commands.cli import main
 
 
 def test_verify_json_on_one_proofs_check(capsys):

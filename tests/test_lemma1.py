@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 import torch
 
-from cvfl_sim.algorithm import CVFLConfig, train
-from cvfl_sim.data import VerticalDataset
-from cvfl_sim.lemma1 import Lemma1Probe, lemma1_check, lemma1_right
+from cvfl_sim.bounds.lemma1 import Lemma1Probe, lemma1_check, lemma1_right
+from cvfl_sim.vfl.config import CVFLConfig
+from cvfl_sim.vfl.data import VerticalDataset
+from cvfl_sim.vfl.train import train
 from cvfl_theory.compressors import ScalarQuantizer
 
 torch.set_num_threads(1)
@@ -295,7 +296,7 @@ def test_bad_input_and_empty_report():
 
 
 def test_tight_sum_ratios_use_only_probes_with_both_sides():
-    from cvfl_sim.lemma1 import Lemma1Report
+    from cvfl_sim.bounds.lemma1 import Lemma1Report
 
     rep = object.__new__(Lemma1Report)  # only the two arrays the method reads
     rep.left = np.array([[1.0, 0.0, 1.0], [3.0, 0.0, 100.0]])

@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 from cvfl_sim import plot_bound, plot_runs  # noqa: E402
-from cvfl_sim.results import RunResult  # noqa: E402
+from cvfl_sim.vfl.results import RunResult
 from cvfl_theory import plot_tradeoff, tradeoff_curve  # noqa: E402
 
 
@@ -170,12 +170,14 @@ def test_plot_runs_bad_input():
 
 
 def test_experiment_figures_leave_pyplot_alone(tmp_path):
-    from cvfl_sim.experiments import _plot
+    from cvfl_sim.experiments.plotting import plot_panels
 
     before = plt.get_fignums()
     backend = matplotlib.get_backend()
     path = str(tmp_path / "f.png")
-    _plot({lab: [_run([0.2, 0.6, 0.8])] * 2 for lab in LABELS_13}, path, "t", ("round", "bits"))
+    plot_panels(
+        {lab: [_run([0.2, 0.6, 0.8])] * 2 for lab in LABELS_13}, path, "t", ("round", "bits")
+    )
     assert plt.get_fignums() == before and matplotlib.get_backend() == backend
     with open(path, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"

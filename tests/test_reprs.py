@@ -4,7 +4,7 @@ import re
 
 import numpy as np
 
-from cvfl_sim.results import HISTORY_COLUMNS, RunResult
+from cvfl_sim.vfl.results import HISTORY_COLUMNS, RunResult
 from cvfl_theory import IndependentEncoder, RotatedBinaryEncoder
 from cvfl_theory.optimal import optimal_probabilities
 from cvfl_theory.table import Table

@@ -16,9 +16,10 @@ from _helpers import (
     stop_after,
 )
 
-from cvfl_sim.algorithm import build_models, train
-from cvfl_sim.roles import decode, train_roles
-from cvfl_sim.transport import InProcessTransport, PeerError
+from cvfl_sim.vfl.config import build_models
+from cvfl_sim.vfl.roles import decode, train_roles
+from cvfl_sim.vfl.train import train
+from cvfl_sim.vfl.transport import InProcessTransport, PeerError
 from cvfl_theory.compressors import ScalarQuantizer
 
 torch.set_num_threads(1)
@@ -107,7 +108,7 @@ def test_bad_backend_arguments():
 
 
 def test_cli_train_backend_roles(capsys):
-    from cvfl_sim.cli import main
+    from cvfl_sim.commands.cli import main
 
     argv = ["train", "breast-cancer", "--epochs", "1", "--batch-size", "228", "--Q", "2"]
     assert main([*argv, "--compressor", "scalar", "--bits", "3", "--backend", "roles"]) == 0

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from cvfl_sim.schedule_check import SlopeFit, fit_loglog_slope, rate_experiment
+from cvfl_sim.experiments.schedule_check import SlopeFit, fit_loglog_slope, rate_experiment
 
 
 def test_noise_free_power_law_is_exact():

@@ -8,8 +8,10 @@ import torch
 from _helpers import max_diff, model_params, run_params, tiny_dataset
 from torch import nn
 
-from cvfl_sim.algorithm import CVFLConfig, joint_sgd, train
-from cvfl_sim.data import VerticalDataset, load_dataset
+from cvfl_sim.vfl.config import CVFLConfig
+from cvfl_sim.vfl.data import VerticalDataset, load_dataset
+from cvfl_sim.vfl.joint_sgd import joint_sgd
+from cvfl_sim.vfl.train import train
 from cvfl_theory.compressors import Identity, ScalarQuantizer
 
 torch.set_num_threads(1)
@@ -182,10 +184,10 @@ def test_round_embedding_error_is_the_sum_of_the_parties(quadrants):
 
 
 def test_public_names_are_exported():
-    import cvfl_sim.algorithm as alg
+    import cvfl_sim.vfl.record as record
 
-    for name in ("RunRecord", "resume", "checkpoint_arrays"):
-        assert name in alg.__all__ and callable(getattr(alg, name))
+    for name in ("RunRecord", "resume", "checkpoint_arrays", "checkpoint_identity"):
+        assert name in record.__all__ and callable(getattr(record, name))
 
 
 # ---------------------------------------------------------------------------------- bad input

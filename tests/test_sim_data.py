@@ -8,8 +8,8 @@ import torch
 from _helpers import python_stdout, tiny_dataset
 from sklearn.datasets import load_breast_cancer, load_digits
 
-from cvfl_sim.algorithm import CVFLConfig, train
-from cvfl_sim.data import (
+from cvfl_sim.vfl.config import CVFLConfig
+from cvfl_sim.vfl.data import (
     VerticalDataset,
     _read_table,
     breast_cancer_arrays,
@@ -20,8 +20,9 @@ from cvfl_sim.data import (
     load_npz,
     load_original,
 )
-from cvfl_sim.models import CNNEmbedding, GRUEmbedding, build_party_models
-from cvfl_sim.schedules import CompressionSchedule, Constant, InverseSqrt, StepDecay
+from cvfl_sim.vfl.models import CNNEmbedding, GRUEmbedding, build_party_models
+from cvfl_sim.vfl.schedules import CompressionSchedule, Constant, InverseSqrt, StepDecay
+from cvfl_sim.vfl.train import train
 from cvfl_theory.compressors import Identity, ScalarQuantizer
 
 torch.set_num_threads(1)
@@ -60,7 +61,8 @@ def test_bundled_files_read_without_scikit_learn_equal_its_loaders():
 def test_built_in_sets_do_not_import_scikit_learn_or_torch():
     code = (
         "import sys\n"
-        "from cvfl_sim import experiments as ex, data\n"
+        "import cvfl_sim.experiments\n"
+        "from cvfl_sim.vfl import data\n"
         "for name in ('digits-quadrants', 'breast-cancer', 'digits-views-4'):\n"
         "    data.load_dataset(name)\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'torch'}))\n"
@@ -300,19 +302,19 @@ def test_nonfinite_features_in_a_user_csv_are_refused(tmp_path):
 
 
 def test_macro_f1_averages_over_present_or_predicted_classes():
-    from cvfl_sim.algorithm import _f1
+    from cvfl_sim.vfl.evaluate import f1_score
 
     y = np.array([0, 0, 2, 2, 4])
-    assert _f1(y, y.copy(), 5) == 1.0  # perfect: classes 1 and 3 absent from y and predictions
+    assert f1_score(y, y.copy(), 5) == 1.0  # perfect: classes 1 and 3 absent from y and predictions
     # class 0: tp 1, fn 1 -> 2/3; class 2: tp 2, fp 1 -> 4/5; class 4: tp 1 -> 1; class 1: fn... none
     pred = np.array([0, 2, 2, 2, 4])
-    assert _f1(y, pred, 5) == pytest.approx((2 / 3 + 4 / 5 + 1) / 3, abs=1e-15)
+    assert f1_score(y, pred, 5) == pytest.approx((2 / 3 + 4 / 5 + 1) / 3, abs=1e-15)
     # a class predicted but absent counts (F1 0), one neither present nor predicted does not
     pred = np.array([0, 0, 2, 2, 1])
-    assert _f1(y, pred, 5) == pytest.approx((1 + 1 + 0 + 0) / 4, abs=1e-15)
+    assert f1_score(y, pred, 5) == pytest.approx((1 + 1 + 0 + 0) / 4, abs=1e-15)
     # binary: F1 of class 1
-    assert _f1(np.array([1, 0, 1]), np.array([1, 0, 0]), 2) == pytest.approx(2 / 3)
-    assert _f1(np.array([0, 0]), np.array([0, 0]), 2) == 1.0  # no positives, none predicted
+    assert f1_score(np.array([1, 0, 1]), np.array([1, 0, 0]), 2) == pytest.approx(2 / 3)
+    assert f1_score(np.array([0, 0]), np.array([0, 0]), 2) == 1.0  # no positives, none predicted
 
 
 def test_perfect_classifier_scores_one_in_training_on_noncontiguous_classes():

@@ -8,22 +8,25 @@ import torch
 from _helpers import record_training
 
 import cvfl_sim.experiments as ex
-from cvfl_sim.cli import main
-from cvfl_sim.results import RunResult
-from cvfl_sim.timing import time_to_target
+import cvfl_sim.experiments.compressors as exc
+import cvfl_sim.experiments.specs as exs
+import cvfl_sim.experiments.tables as ext
+from cvfl_sim.commands.cli import main
+from cvfl_sim.experiments.timing import time_to_target
+from cvfl_sim.vfl.results import RunResult
 
 torch.set_num_threads(1)
 
 
 def _specs():
     return [
-        ex.RunSpec("breast-cancer", k, b, 2, 0, 1)
+        exs.RunSpec("breast-cancer", k, b, 2, 0, 1)
         for k, b in (("none", 32), ("scalar", 2), ("lattice", 3))
     ]
 
 
 def test_interrupted_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
-    first = ex.run_sweep(_specs(), tmp_path, progress=False)
+    first = exs.run_sweep(_specs(), tmp_path, progress=False)
     runs = tmp_path / "runs"
     files = sorted(os.listdir(runs))
     assert len(files) == 6  # one JSON + one CSV per finished run, no temporary files
@@ -31,31 +34,31 @@ def test_interrupted_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     victim = _specs()[-1].key()
     os.remove(runs / (victim + ".json"))
     calls = record_training(monkeypatch)  # the train that run_spec calls
-    second = ex.run_sweep(_specs(), tmp_path, progress=False)
+    second = exs.run_sweep(_specs(), tmp_path, progress=False)
     assert len(calls) == 1
     assert calls[0].compressor.config()["bits"] == 3
     for spec in _specs():
         assert second[spec] == first[spec]  # cached and recomputed runs equal the originals
-    ex.run_sweep(_specs(), tmp_path, progress=False)
+    exs.run_sweep(_specs(), tmp_path, progress=False)
     assert len(calls) == 1
 
 
 def test_spec_key_changes_with_settings(monkeypatch):
     spec = _specs()[0]
     k = spec.key()
-    monkeypatch.setitem(ex.SETTINGS, "breast-cancer", {**ex.SETTINGS["breast-cancer"], "lr": 0.5})
+    monkeypatch.setitem(exs.SETTINGS, "breast-cancer", {**exs.SETTINGS["breast-cancer"], "lr": 0.5})
     assert spec.key() != k
 
 
 def test_reproduce_cli_local_steps(tmp_path, monkeypatch, capsys, one_epoch):
     sweeps = []
-    real_run_specs = ex.run_specs
+    real_run_specs = exs.run_specs
 
     def counting(specs, *a, **k):
         sweeps.append(len(specs))
         return real_run_specs(specs, *a, **k)
 
-    monkeypatch.setattr(ex, "run_specs", counting)
+    monkeypatch.setattr(exs, "run_specs", counting)
     code = main(
         [
             "reproduce",
@@ -104,17 +107,17 @@ def test_headline_claim_verdicts():
         _row("lattice", 2, 0.85, 0.01, 50.0),
         _row("topk", 2, 0.90, 0.0, 150.0),
     ]
-    h = ex.headline_claim(rows, "d")
+    h = exc.headline_claim(rows, "d")
     verdict = {
         r["compressor"]: (r["fewer_bits_90pct"], r["metric_within_spread"])
         for r in h["per_compressor"]
     }
     assert verdict == {"scalar": (True, True), "lattice": (True, False), "topk": (False, True)}
     assert h["holds"] is False
-    h2 = ex.headline_claim(rows[:2], "d")
+    h2 = exc.headline_claim(rows[:2], "d")
     assert h2["holds"] is True
     rows_inf = [rows[0], _row("scalar", 2, 0.5, 0.01, math.inf, reached=0)]
-    assert ex.headline_claim(rows_inf, "d")["per_compressor"][0]["fewer_bits_90pct"] is False
+    assert exc.headline_claim(rows_inf, "d")["per_compressor"][0]["fewer_bits_90pct"] is False
 
 
 def test_headline_claim_reports_error_feedback_rows_apart():
@@ -124,19 +127,19 @@ def test_headline_claim_reports_error_feedback_rows_apart():
         _row("scalar+ef", 2, 0.70, 0.01, 90.0),  # fails, but is not part of the paper's claim
         _row("lattice+ef", 2, 0.90, 0.01, 80.0),
     ]
-    h = ex.headline_claim(rows, "d")
+    h = exc.headline_claim(rows, "d")
     assert [r["compressor"] for r in h["per_compressor"]] == ["scalar", "scalar+ef", "lattice+ef"]
     assert h["holds"] is True
-    md = ex._headline_markdown(h)
+    md = exc._headline_markdown(h)
     assert "holds for: lattice+ef; fails for: scalar+ef." in md
 
 
 def test_error_feedback_spec_runs_with_error_feedback():
-    spec = ex.RunSpec("digits-quadrants", "scalar+ef", 2, 10, 0, 1)
+    spec = exs.RunSpec("digits-quadrants", "scalar+ef", 2, 10, 0, 1)
     cfg = spec.config()
     assert cfg.error_feedback is True and cfg.compressor.name == "scalar"
-    assert ex.RunSpec("digits-quadrants", "scalar", 2, 10, 0, 1).config().error_feedback is False
-    assert spec.key() != ex.RunSpec("digits-quadrants", "scalar", 2, 10, 0, 1).key()
+    assert exs.RunSpec("digits-quadrants", "scalar", 2, 10, 0, 1).config().error_feedback is False
+    assert spec.key() != exs.RunSpec("digits-quadrants", "scalar", 2, 10, 0, 1).key()
 
 
 def test_time_model_c7():
@@ -148,12 +151,12 @@ def test_time_model_c7():
 
 
 def test_aggregate_bits_to_target(tmp_path):
-    res = ex.run_sweep(_specs()[:1], tmp_path, progress=False)
+    res = exs.run_sweep(_specs()[:1], tmp_path, progress=False)
     (r,) = res.values()
     assert isinstance(r, RunResult)
-    rows = ex.aggregate(res, target=0.0)
+    rows = ext.aggregate(res, target=0.0)
     assert rows[0]["bits_to_target_mean"] == 0.0  # reached at the first evaluation
-    rows = ex.aggregate(res, target=2.0)
+    rows = ext.aggregate(res, target=2.0)
     assert rows[0]["reached"] == 0 and math.isinf(rows[0]["bits_to_target_mean"])
 
 
@@ -186,7 +189,7 @@ def test_train_cli(tmp_path, capsys):
 def test_write_table_csv_quotes_fields_with_commas(tmp_path):
     import csv
 
-    from cvfl_sim.experiments import write_table
+    from cvfl_sim.experiments.tables import write_table
 
     write_table([{"window": "[0, 2)", "value": 1.5}], str(tmp_path), "t")
     with open(tmp_path / "t.csv", newline="") as fh:
@@ -197,14 +200,14 @@ def test_write_table_csv_quotes_fields_with_commas(tmp_path):
 def test_bounds_and_schedules_print_lines_only_when_asked(monkeypatch, progress):
     # Options.progress None lets a bar decide (by terminal); the two experiments' own lines are
     # then off, so they receive a plain bool: True only for True
-    import cvfl_sim.schedule_check as sc
-    import cvfl_sim.theorem_runs as tr
+    import cvfl_sim.experiments.schedule_check as sc
+    import cvfl_sim.experiments.theorem_runs as tr
 
     seen = []
     monkeypatch.setattr(tr, "run_theorem_experiment", lambda out, **kw: seen.append(kw) or {})
     monkeypatch.setattr(sc, "run_schedule_experiment", lambda out, **kw: seen.append(kw) or {})
-    opt = ex.Options(out="unused", progress=progress)
-    ex.exp_bounds(opt)
-    ex.exp_schedules(opt)
+    opt = exs.Options(out="unused", progress=progress)
+    ex.experiment("bounds").run(opt)
+    ex.experiment("schedules").run(opt)
     assert [kw["progress"] for kw in seen] == [progress is True] * 2
     assert all(type(kw["progress"]) is bool for kw in seen)

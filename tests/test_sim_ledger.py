@@ -8,9 +8,10 @@ import pytest
 import torch
 from _helpers import StopTraining, run_params, stop_after, tiny_dataset
 
-from cvfl_sim.algorithm import CVFLConfig, train
-from cvfl_sim.ledger import BitLedger, RoundBits, paper_cost_model
-from cvfl_sim.results import RunResult
+from cvfl_sim.vfl.config import CVFLConfig
+from cvfl_sim.vfl.ledger import BitLedger, RoundBits, paper_cost_model
+from cvfl_sim.vfl.results import RunResult
+from cvfl_sim.vfl.train import train
 from cvfl_theory.compressors import ScalarQuantizer
 
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""Sweeps on every core and on a cluster (cvfl_sim.sweep): same results and tables as a serial
+"""Sweeps on every core and on a cluster (cvfl_sim.experiments.sweep): same results and tables as a serial
 run, in spec order whatever the completion order; a SIGKILLed sweep resumes; one progress bar."""
 
 import json
@@ -15,13 +15,12 @@ import pytest
 import torch
 from _helpers import record_training, set_one_epoch
 
-import cvfl_sim.experiments as ex
-import cvfl_sim.sweep as sweep
-from cvfl_sim.cli import build_parser, main
+import cvfl_sim.experiments.specs as exs
+import cvfl_sim.experiments.sweep as sweep
 from cvfl_sim.commands import reproduce
 from cvfl_sim.commands._run_args import config_from_args
-from cvfl_sim.results import RunResult
-from cvfl_sim.sweep import (
+from cvfl_sim.commands.cli import build_parser, main
+from cvfl_sim.experiments.sweep import (
     BACKENDS,
     Executor,
     _longest_first,
@@ -30,6 +29,7 @@ from cvfl_sim.sweep import (
     run_specs,
     start_workers,
 )
+from cvfl_sim.vfl.results import RunResult
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -128,9 +128,9 @@ def test_jobs_2_is_this_process_and_one_worker_fed_the_data(tmp_path, one_epoch,
     from joblib.externals.loky import get_reusable_executor
 
     get_reusable_executor().shutdown(wait=True)  # a fresh worker: nothing imported before
-    specs = [ex.RunSpec("breast-cancer", "scalar", 2, 2, s, 1) for s in range(2)]
+    specs = [exs.RunSpec("breast-cancer", "scalar", 2, 2, s, 1) for s in range(2)]
     calls = record_training(monkeypatch)
-    res = ex.run_sweep(specs, tmp_path, progress=False, executor=Executor(jobs=2))
+    res = exs.run_sweep(specs, tmp_path, progress=False, executor=Executor(jobs=2))
     assert [c.seed for c in calls] == [1]  # this process took the last run; the worker the first
     assert list(res) == specs and len(list((tmp_path / "runs").glob("*.json"))) == 2
     with _pickled_by_value():
@@ -154,7 +154,7 @@ def test_workers_warm_up_by_importing_the_module_asked_for(tmp_path, monkeypatch
     monkeypatch.setattr(sweep, "_pool", lambda ex_: Recording(real_pool(ex_)))
     specs = [_Sleepy("one", 0.0), _Sleepy("two", 0.0)]
     with _pickled_by_value():
-        for warm, module in ((None, __name__), ("cvfl_sim.algorithm", "cvfl_sim.algorithm")):
+        for warm, module in ((None, __name__), ("cvfl_sim.vfl.train", "cvfl_sim.vfl.train")):
             submitted.clear()
             kw = {"executor": Executor(jobs=2), "progress": False, "force": True, "warm": warm}
             run_specs(specs, tmp_path, _sleep_then_result, **kw)
@@ -168,16 +168,16 @@ def test_run_sweep_workers_warm_up_with_torch(tmp_path, monkeypatch):
     code = "import sys, {}; print('torch' in sys.modules)"
     for module, imports_torch in (
         ("cvfl_sim.experiments", "False"),
-        ("cvfl_sim.algorithm", "True"),
+        ("cvfl_sim.vfl.train", "True"),
     ):
         res = subprocess.run(
             [sys.executable, "-c", code.format(module)], capture_output=True, text=True, check=True
         )
         assert res.stdout.strip() == imports_torch, module
     seen = {}
-    monkeypatch.setattr(ex, "run_specs", lambda *a, **k: seen.update(k) or {})
-    ex.run_sweep([], tmp_path, progress=False)
-    assert seen["warm"] == "cvfl_sim.algorithm"
+    monkeypatch.setattr(exs, "run_specs", lambda *a, **k: seen.update(k) or {})
+    exs.run_sweep([], tmp_path, progress=False)
+    assert seen["warm"] == "cvfl_sim.vfl.train"
 
 
 def test_longest_runs_first_at_both_ends_of_the_list(tmp_path):
@@ -237,15 +237,15 @@ def test_a_failed_run_in_a_worker_ends_the_sweep_with_its_error(tmp_path):
 
 _KILLED_SWEEP = """
 import json, sys
-import cvfl_sim.experiments as ex
-from cvfl_sim.sweep import Executor
-specs = [ex.RunSpec(**d) for d in json.loads(sys.argv[2])]
-ex.run_sweep(specs, sys.argv[1], progress=False, executor=Executor(jobs=2))
+import cvfl_sim.experiments.specs as exs
+from cvfl_sim.experiments.sweep import Executor
+specs = [exs.RunSpec(**d) for d in json.loads(sys.argv[2])]
+exs.run_sweep(specs, sys.argv[1], progress=False, executor=Executor(jobs=2))
 """
 
 
 def test_sweep_killed_mid_way_resumes_without_a_corrupted_file(tmp_path, monkeypatch):
-    specs = [ex.RunSpec("breast-cancer", "scalar", 2, 2, s, 12) for s in range(8)]
+    specs = [exs.RunSpec("breast-cancer", "scalar", 2, 2, s, 12) for s in range(8)]
     cmd = [sys.executable, "-c", _KILLED_SWEEP, str(tmp_path)]
     cmd.append(json.dumps([asdict(s) for s in specs]))
     runs = tmp_path / "runs"
@@ -272,7 +272,7 @@ def test_sweep_killed_mid_way_resumes_without_a_corrupted_file(tmp_path, monkeyp
     for name in kept:
         RunResult.load(runs / name)  # every file left behind is complete
     calls = record_training(monkeypatch)
-    res = ex.run_sweep(specs, tmp_path, progress=False)  # a damaged file would warn (an error)
+    res = exs.run_sweep(specs, tmp_path, progress=False)  # a damaged file would warn (an error)
     done = {s.seed for s in specs if s.key() + ".json" in kept}
     assert sorted(c.seed for c in calls) == sorted(set(range(8)) - done)  # only the missing runs
     assert list(res) == specs and len(finished()) == len(specs)
@@ -338,11 +338,11 @@ def test_cli_refuses_bad_jobs_and_threads(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------ progress
 def test_one_bar_for_the_whole_command_counts_only_runs_to_compute(tmp_path, one_epoch, capsys):
-    specs = [ex.RunSpec("breast-cancer", "scalar", 2, 2, s, 1) for s in range(3)]
-    ex.run_sweep(specs[:1], tmp_path, progress=False)  # finished before: not counted
+    specs = [exs.RunSpec("breast-cancer", "scalar", 2, 2, s, 1) for s in range(3)]
+    exs.run_sweep(specs[:1], tmp_path, progress=False)  # finished before: not counted
     bar = progress_bar(progress=True, desc="two sweeps")
-    ex.run_sweep(specs[:2], tmp_path, bar=bar)
-    ex.run_sweep(specs, tmp_path, bar=bar)  # grows the same bar
+    exs.run_sweep(specs[:2], tmp_path, bar=bar)
+    exs.run_sweep(specs, tmp_path, bar=bar)  # grows the same bar
     bar.close()
     assert (bar.n, bar.total) == (2, 2)
     capsys.readouterr()

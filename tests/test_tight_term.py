@@ -1,4 +1,4 @@
-"""C4.5 (ours): the tight bound on Lemma 1's left side, cvfl_sim.tight_term."""
+"""C4.5 (ours): the tight bound on Lemma 1's left side, cvfl_sim.bounds.tight_term."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-import cvfl_sim.tight_term as tt
+import cvfl_sim.bounds.tight_term as tt
 from cvfl_theory.bounds import theorem_4_2, theorem_4_4
 from cvfl_theory.compressors import HexLatticeQuantizer, Identity, ScalarQuantizer, TopK
 from proofs_checks.c4_5_tight_term import measured_lemma1

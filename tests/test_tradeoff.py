@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from cvfl_sim.cli import main
-from cvfl_sim.reference_data import heavy_tailed, logistic_gradients
+from cvfl_sim.commands.cli import main
+from cvfl_sim.experiments.reference_data import heavy_tailed, logistic_gradients
 from cvfl_theory.encoders import IndependentEncoder
 from cvfl_theory.optimal import mse_bounds
 from cvfl_theory.tradeoff import METHODS, plot_tradeoff, tradeoff_curve

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from cvfl_sim.cli import main
+from cvfl_sim.commands.cli import main
 from cvfl_theory import IndependentEncoder
 from cvfl_theory.section5 import table1
 from cvfl_theory.verify import verify

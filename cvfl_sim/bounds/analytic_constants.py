@@ -113,10 +113,11 @@ from torch import nn
 from cvfl_theory._validate import check_int_in_range
 from cvfl_theory.table import Table
 
-from .algorithm import CVFLConfig, train
-from .data import VerticalDataset
-from .models import LinearHead, MLPEmbedding
-from .results import RunResult
+from ..vfl.config import CVFLConfig
+from ..vfl.data import VerticalDataset
+from ..vfl.models import LinearHead, MLPEmbedding
+from ..vfl.results import RunResult
+from ..vfl.train import train
 
 __all__ = [
     "LinearPoint",

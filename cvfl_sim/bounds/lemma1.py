@@ -16,7 +16,7 @@ exactly the round's compression errors :math:`\varepsilon_j^{t_0}`, ``j ≠ m`` 
 server (``m = 0``) both use its current :math:`\theta_0^t`; the embeddings are :math:`H^{t_0}`
 or :math:`\hat H^{t_0}`.
 
-:class:`Lemma1Probe` is a hook for :func:`cvfl_sim.algorithm.train` (``train(..., probe=...)``).
+:class:`Lemma1Probe` is a hook for :func:`cvfl_sim.vfl.train.train` (``train(..., probe=...)``).
 On the probed rounds (``every``-th, from round 0) and local steps (``steps``) it computes
 
 - the **left side**, exactly: two gradient evaluations on the round's batch, at
@@ -63,7 +63,14 @@ from ._autodiff import (
     sq,
 )
 
-__all__ = ["Lemma1Probe", "Lemma1Report", "lemma1_check", "lemma1_left", "lemma1_right"]
+__all__ = [
+    "Lemma1Probe",
+    "Lemma1Report",
+    "lemma1_check",
+    "lemma1_left",
+    "lemma1_right",
+    "finite_stats",
+]
 
 _F64 = torch.float64
 
@@ -163,7 +170,7 @@ def lemma1_check(left: Any, right: Any) -> tuple[bool, np.ndarray]:
 # the probe
 # ---------------------------------------------------------------------------------------------
 class Lemma1Probe:
-    r"""Hook measuring Lemma 1 during :func:`cvfl_sim.algorithm.train` (C4.1, chain reading).
+    r"""Hook measuring Lemma 1 during :func:`cvfl_sim.vfl.train.train` (C4.1, chain reading).
 
     Parameters
     ----------
@@ -173,7 +180,7 @@ class Lemma1Probe:
         Local steps probed in a probed round: ``0``; ``{0, Q-1}``; every step; or the given ones
         (steps ``>= Q`` are ignored).
     tight : bool
-        Also evaluate the tight bound of C4.5 (ours, :mod:`cvfl_sim.tight_term`) at the probed
+        Also evaluate the tight bound of C4.5 (ours, :mod:`cvfl_sim.bounds.tight_term`) at the probed
         local steps 0 (round starts), for the report's tight / left column.
 
     Notes
@@ -335,8 +342,8 @@ class Lemma1Probe:
         r"""The tight Lemma-1 bound of C4.5 (ours) at a round start, ``nan`` where it does not apply.
 
         Computed only at local step 0, where the current models are the round-start ones the
-        bound is stated at: :func:`cvfl_sim.tight_term.tight_lemma1_bound_for` (expectation over
-        the dither) for dithered quantizers, :func:`~cvfl_sim.tight_term.realised_lemma1_bound`
+        bound is stated at: :func:`cvfl_sim.bounds.tight_term.tight_lemma1_bound_for` (expectation over
+        the dither) for dithered quantizers, :func:`~cvfl_sim.bounds.tight_term.realised_lemma1_bound`
         (the realised errors) for biased ones such as top-k.
         """
         if not self.tight:
@@ -368,7 +375,8 @@ class Lemma1Probe:
 # ---------------------------------------------------------------------------------------------
 # the report
 # ---------------------------------------------------------------------------------------------
-def _stats(v: np.ndarray) -> tuple[float, float, float]:
+def finite_stats(v: np.ndarray) -> tuple[float, float, float]:
+    """``(min, median, max)`` of the finite values of ``v`` (NaN for all three if there are none)."""
     f = v[np.isfinite(v)]
     if f.size == 0:
         return (math.nan, math.nan, math.nan)
@@ -392,7 +400,7 @@ class Lemma1Report(Table):
         ``(P, M + 1)`` the probed round's errors (block 0 the server model's); the expected ones
         are ``nan`` with error feedback.
     tight : numpy.ndarray or None
-        ``(P, M + 1)`` :func:`cvfl_sim.tight_term.tight_lemma1_bound` when it was available.
+        ``(P, M + 1)`` :func:`cvfl_sim.bounds.tight_term.tight_lemma1_bound` when it was available.
     seconds : float
         Time spent in the probe.
     """
@@ -421,8 +429,8 @@ class Lemma1Report(Table):
         for m in range(self.left.shape[1]):
             row: list[Any] = [m, float(np.median(self.left[:, m])), self.H[m], self.G[m]]
             for errors in ("realised", "expected"):
-                row += list(_stats(self.ratios(errors)[:, m]))
-            row += list(_stats(tight[:, m]))[:2] if tight is not None else ["-", "-"]
+                row += list(finite_stats(self.ratios(errors)[:, m]))
+            row += list(finite_stats(tight[:, m]))[:2] if tight is not None else ["-", "-"]
             table_rows.append(row)
         verdict = "holds at every probe" if self.passed else "FAILS (a ratio below 1)"
         super().__init__(
@@ -521,8 +529,8 @@ class Lemma1Report(Table):
         }
         for errors in ("realised", "expected"):
             r = self.ratios(errors)
-            out[f"ratio_{errors}"] = [list(_stats(r[:, m])) for m in range(r.shape[1])]
+            out[f"ratio_{errors}"] = [list(finite_stats(r[:, m])) for m in range(r.shape[1])]
         tr = self.tight_ratios()
         if tr is not None:
-            out["ratio_tight"] = [list(_stats(tr[:, m])) for m in range(tr.shape[1])]
+            out["ratio_tight"] = [list(finite_stats(tr[:, m])) for m in range(tr.shape[1])]
         return out

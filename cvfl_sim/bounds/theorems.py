@@ -21,7 +21,7 @@ run and to evaluate the C4.2 bound (constants **as recovered**) on the trajector
    :math:`F(\Theta^0) - F(\Theta^T)` from the recorded training losses, and compares the bound
    with the observed average :math:`\|\nabla F(\Theta^{t_0})\|^2`. A run whose step varies gets
    :func:`cvfl_theory.bounds.theorem_4_4` instead, against the smallest observed value. Given a
-   :class:`~cvfl_sim.lemma1.Lemma1Report` of the same run, it also shows term 3 with the
+   :class:`~cvfl_sim.bounds.lemma1.Lemma1Report` of the same run, it also shows term 3 with the
    **measured** Lemma-1 left side and with the tight bound of C4.5 (ours), and takes
    :math:`H_m, G_m` as the maxima over every point the probe evaluated as well.
 
@@ -45,6 +45,9 @@ from cvfl_theory._validate import check_int_in_range
 from cvfl_theory.bounds import C_COMP, C_OPT, C_VAR, BoundTerms, theorem_4_2, theorem_4_4
 from cvfl_theory.table import Table
 
+from ..vfl.config import DTYPES, CVFLConfig, build_models
+from ..vfl.data import VerticalDataset
+from ..vfl.results import RunResult
 from ._autodiff import (
     embedding_hessian_blocks,
     embedding_jacobian,
@@ -55,10 +58,7 @@ from ._autodiff import (
     server_loss,
     sq,
 )
-from .algorithm import _DTYPES, CVFLConfig, build_models
-from .data import VerticalDataset
 from .lemma1 import Lemma1Report
-from .results import RunResult
 
 __all__ = ["READINGS", "Constants", "BoundCheck", "estimate_constants", "bound_vs_observed"]
 
@@ -269,7 +269,7 @@ def estimate_constants(
     Each constant is the **maximum over the visited points and batches**: an empirical value
     along the trajectory, a *lower* estimate of the global constant C3 assumes (the theorem
     needs the supremum over all points the run visits and more). Do not read them as certified.
-    A :class:`~cvfl_sim.lemma1.Lemma1Probe` on the run evaluates :math:`H_m, G_m` at every
+    A :class:`~cvfl_sim.bounds.lemma1.Lemma1Probe` on the run evaluates :math:`H_m, G_m` at every
     probed round; :meth:`Constants.with_lemma1` takes those maxima too.
 
     Parameters
@@ -305,7 +305,7 @@ def estimate_constants(
         points.append(build_models(dataset, config))  # validates dataset and config
     items = run_or_params if isinstance(run_or_params, list) else [run_or_params]
     points += [_as_models(o) for o in items]
-    dtype = _DTYPES[config.dtype]
+    dtype = DTYPES[config.dtype]
     say = progress or (lambda msg: None)
     M = dataset.n_parties
     B = int(config.batch_size)
@@ -473,7 +473,7 @@ class BoundCheck(Table):
     def plot(self, ax: Any = None) -> Any:
         """Bar chart of each form's three terms and total, log scale, beside the observed value.
 
-        The method form of :func:`cvfl_sim.plotting.plot_bound`.
+        The method form of :func:`cvfl_sim.bounds.plotting.plot_bound`.
 
         Parameters
         ----------

@@ -1,6 +1,6 @@
 """Checks shared by the subcommands: output paths, validated *before* any work starts.
 
-A subcommand raises :class:`ValueError` (or lets one through) for bad input; :func:`cvfl_sim.cli.main`
+A subcommand raises :class:`ValueError` (or lets one through) for bad input; :func:`cvfl_sim.commands.cli.main`
 turns it into one line ``cvfl: error: ...`` on stderr and exit code 2.
 """
 

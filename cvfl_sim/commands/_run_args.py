@@ -1,7 +1,7 @@
 """Command-line options shared by the subcommands that train one C-VFL run.
 
 ``train`` and ``bound`` use one definition of the options and of the
-:class:`~cvfl_sim.algorithm.CVFLConfig` they build. Options without an effect are refused: ``--bits``
+:class:`~cvfl_sim.vfl.config.CVFLConfig` they build. Options without an effect are refused: ``--bits``
 with no compressor, or a compressor named with ``--compressor`` but no ``--bits``.
 """
 
@@ -57,7 +57,7 @@ def add_run_arguments(
 
 def compressor_from_args(args: argparse.Namespace) -> Any:
     """The compressor of ``--compressor``/``--bits``; ``ValueError`` for an option without effect."""
-    from ..experiments import make_compressor
+    from ..vfl.compressors import make_compressor
 
     kind = args.compressor or args.default_compressor
     if kind == "none" and args.bits is not None:
@@ -76,8 +76,8 @@ def compressor_from_args(args: argparse.Namespace) -> Any:
 
 
 def config_from_args(args: argparse.Namespace, **extra: Any) -> Any:
-    """The :class:`~cvfl_sim.algorithm.CVFLConfig` of the parsed options (plus ``extra``)."""
-    from ..algorithm import CVFLConfig
+    """The :class:`~cvfl_sim.vfl.config.CVFLConfig` of the parsed options (plus ``extra``)."""
+    from ..vfl.config import CVFLConfig
 
     return CVFLConfig(
         Q=args.Q,

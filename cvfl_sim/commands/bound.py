@@ -75,7 +75,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Train with the probe, estimate, compare and print; bad input raises ``ValueError``."""
-    from ..threads import check_threads, torch_threads
+    from ..vfl.threads import check_threads, torch_threads
 
     if args.every < 1:
         raise ValueError(f"--every must be >= 1, got {args.every}")
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _Effort(TypedDict, total=False):
-    """How hard :func:`cvfl_sim.bound_check.estimate_constants` works (its keyword arguments)."""
+    """How hard :func:`cvfl_sim.bounds.theorems.estimate_constants` works (its keyword arguments)."""
 
     batches: int
     power_iters: int
@@ -93,10 +93,10 @@ class _Effort(TypedDict, total=False):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..algorithm import train
-    from ..bound_check import bound_vs_observed, estimate_constants
-    from ..data import load_dataset
-    from ..lemma1 import Lemma1Probe
+    from ..bounds.lemma1 import Lemma1Probe
+    from ..bounds.theorems import bound_vs_observed, estimate_constants
+    from ..vfl.data import load_dataset
+    from ..vfl.train import train
 
     start = time.perf_counter()
 

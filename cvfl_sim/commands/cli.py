@@ -1,4 +1,4 @@
-"""The ``cvfl`` console script. Subcommands live in :mod:`cvfl_sim.commands`, one module each.
+"""The ``cvfl`` console script; every other module of :mod:`cvfl_sim.commands` is one subcommand.
 
 Failing politely: every error is one line ``cvfl: error: ...`` on stderr with exit code 2 (the
 global ``--debug`` flag shows the traceback instead); warnings are one line ``cvfl: warning: ...``;
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from . import commands
+from .. import commands
 
 __all__ = ["build_parser", "main"]
 
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):  # shared helpers, not subcommands
+        if info.name.startswith("_") or info.name == "cli":  # helpers and this module
             continue
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         module.register(sub)

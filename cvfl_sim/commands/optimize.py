@@ -66,7 +66,7 @@ def _save_npz(path: str, **arrays: Any) -> None:
     """Write an .npz atomically with the shared helper (mode 0666 minus the umask)."""
     import numpy as np
 
-    from ..results import atomic_write_bytes
+    from cvfl_theory._atomic import atomic_write_bytes
 
     buf = io.BytesIO()
     np.savez(buf, **arrays)

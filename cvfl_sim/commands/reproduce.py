@@ -1,7 +1,7 @@
 """``cvfl reproduce NAME``: the paper's experiments on offline stand-in data (THEORY C7, C8).
 
 The training runs of every requested experiment are listed first and computed as one sweep
-(:func:`cvfl_sim.experiments.run_experiments`, :mod:`cvfl_sim.sweep`): in this process, on
+(:func:`cvfl_sim.experiments.run_experiments`, :mod:`cvfl_sim.experiments.sweep`): in this process, on
 ``--jobs`` local worker processes, or on a Dask cluster, each run with ``--threads`` torch
 intra-op threads, under one progress bar with an ETA for the whole command; the experiments then
 build their tables and plots from them.
@@ -28,7 +28,7 @@ EXPERIMENT_NAMES = ("compressors", "local-steps", "parties", "curves", "bounds",
 that registering the subcommand does not import the experiments (and torch)."""
 
 BACKEND_NAMES = ("loky", "dask")
-"""The keys of :data:`cvfl_sim.sweep.BACKENDS` (a test keeps them equal)."""
+"""The keys of :data:`cvfl_sim.experiments.sweep.BACKENDS` (a test keeps them equal)."""
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.target_fraction <= 1:
         raise ValueError(f"--target-fraction must be in (0, 1], got {args.target_fraction}")
     check_output_dir(args.out, "--out")
-    from ..sweep import Executor, progress_bar, start_workers
-    from ..threads import check_threads, torch_threads
+    from ..experiments.sweep import Executor, progress_bar, start_workers
+    from ..vfl.threads import check_threads, torch_threads
 
     check_threads(args.jobs, "--jobs")
     check_threads(args.threads, "--threads")
@@ -114,12 +114,12 @@ def run(args: argparse.Namespace) -> int:
         )
     except ImportError as exc:  # the cluster extra is missing: a bad option here, one line
         raise ValueError(str(exc)) from None
-    start_workers(executor, "cvfl_sim.algorithm")  # they import torch while this process starts
+    start_workers(executor, "cvfl_sim.vfl.train")  # they import torch while this process starts
     _import_plotting()
     from .. import experiments
 
     names = list(experiments.EXPERIMENTS) if args.name == "all" else [args.name]
-    studies = [name for name in names if name not in experiments.SWEEPS]  # bounds, schedules
+    studies = [name for name in names if name in experiments.STUDIES]  # bounds, schedules
     progress = False if args.no_progress else (True if args.progress else None)
     with progress_bar(len(studies), progress, f"cvfl reproduce {args.name}") as bar:
         steps = experiments.run_experiments(  # the first step computes every run: one sweep

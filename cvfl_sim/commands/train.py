@@ -73,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(_json_path(args.out), "--out")
     if args.checkpoint is not None:
         check_output_file(args.checkpoint, "--checkpoint")
-    from ..algorithm import train
-    from ..data import load_dataset
-    from ..threads import check_threads, torch_threads
+    from ..vfl.data import load_dataset
+    from ..vfl.threads import check_threads, torch_threads
+    from ..vfl.train import train
 
     check_threads(args.threads, "--threads")
     cfg = config_from_args(args, error_feedback=args.error_feedback, eval_every=args.eval_every)

@@ -68,9 +68,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the suite and the proofs checks; return 0 if everything passed."""
     if args.trials < 2:
         raise ValueError(f"--trials must be >= 2, got {args.trials}")
-    from cvfl_sim.verify_suite import run_suite, summary_table
     from cvfl_theory._export import json_safe
     from proofs_checks import all_checks
+
+    from ..experiments.verify_suite import run_suite, summary_table
 
     # With --json, stdout carries the JSON document only; the text report goes to stderr.
     say = functools.partial(print, file=sys.stderr if args.json else sys.stdout)

@@ -1,16 +1,15 @@
-r"""Plots of C-VFL runs: metric curves with seed bands and the terms of a bound.
+r"""Plots of C-VFL runs: metric curves with seed bands (:func:`plot_runs`), and figure files.
 
-:func:`plot_runs` draws curves with seed bands, :func:`plot_bound` the terms of Theorem 4.2/4.4.
-
-Both behave like ordinary matplotlib helpers: without ``ax`` they draw on a new
+:func:`plot_runs` behaves like an ordinary matplotlib helper: without ``ax`` it draws on a new
 :func:`matplotlib.pyplot.subplots` figure (pyplot-managed, so it shows in a notebook cell), with
-``ax`` they draw into it; both return the Axes. matplotlib is imported inside the functions, so
-importing this module costs nothing.
+``ax`` it draws into it; it returns the Axes. :func:`plot_panels` saves one panel per x axis to a
+PNG file without pyplot. matplotlib is imported inside the functions, so importing this module
+costs nothing.
 
 Styles of :func:`plot_runs`: a group label such as ``"scalar b=2"`` or ``"M=4 b=32"`` is read as
 *setting* and *bit level*: the ``b=<int>`` token picks the line style (solid for the most bits,
 then dashed, dash-dot, dotted), the rest of the label picks the colour (fixed colours for the
-compressors of :func:`cvfl_sim.experiments.make_compressor`: black for the uncompressed
+compressors of :func:`cvfl_sim.vfl.compressors.make_compressor`: black for the uncompressed
 ``b = 32`` baseline). When that gives two groups the same (colour, line style) -- or more
 settings or bit levels than there are colours or styles -- every group gets its own pair
 instead (10 colours × 4 line styles), so up to 40 curves stay distinct.
@@ -25,16 +24,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from .results import HISTORY_COLUMNS, RunResult
+from ..bounds.plotting import new_axes
+from ..vfl.results import HISTORY_COLUMNS, RunResult
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .bound_check import BoundCheck
-
-__all__ = ["plot_runs", "plot_bound", "save_figure", "seed_bands", "metric_range", "X_AXES"]
+__all__ = ["plot_runs", "plot_panels", "save_figure", "seed_bands", "metric_range", "X_AXES"]
 
 X_AXES = {
     "round": "communication round $t_0$",
@@ -186,16 +183,6 @@ def _check_groups(groups: Any) -> dict[str, list[RunResult]]:
     return out
 
 
-def _new_axes(ax: Any, figsize: tuple[float, float]) -> Any:
-    """``ax`` itself, or the Axes of a new pyplot-managed figure (shown by Jupyter)."""
-    if ax is not None:
-        return ax
-    import matplotlib.pyplot as plt
-
-    _, ax = plt.subplots(figsize=figsize, layout="constrained")
-    return ax
-
-
 def plot_runs(
     groups: Mapping[str, Sequence[RunResult]],
     *,
@@ -231,7 +218,7 @@ def plot_runs(
 
     Examples
     --------
-    >>> from cvfl_sim.results import RunResult
+    >>> from cvfl_sim.vfl.results import RunResult
     >>> def run(acc):
     ...     rows = [dict(epoch=e, round=e, bits=100 * e, test_accuracy=a) for e, a in enumerate(acc)]
     ...     return RunResult(config={}, dataset={"metric": "accuracy"}, history=rows)
@@ -249,7 +236,7 @@ def plot_runs(
     lo, hi = metric_range(col)
     seeds = {label: len(runs) for label, runs in groups.items()}
     same_n = len(set(seeds.values())) == 1
-    ax = _new_axes(ax, (7.5, 4.5) if len(groups) > 6 else (6.0, 4.0))
+    ax = new_axes(ax, (7.5, 4.5) if len(groups) > 6 else (6.0, 4.0))
     for label, (colour, ls) in _styles(list(groups)).items():
         runs = groups[label]
         xs, m, s = seed_bands(runs, x, metric)
@@ -295,47 +282,6 @@ def plot_runs(
     return ax
 
 
-def plot_bound(check: BoundCheck, ax: Any = None) -> Any:
-    r"""Bar chart of the terms of a bound beside the observed value (THEORY C4.2, C4.4, C4.5).
-
-    Each form of a :class:`~cvfl_sim.bound_check.BoundCheck` gets its three terms and total on a
-    log scale; a dashed line is the observed :math:`\|\nabla F\|^2`.
-
-    A zero term (no compression: term 3 is 0) cannot be drawn on a log scale; its bar is empty.
-
-    Parameters
-    ----------
-    check : BoundCheck
-        Output of :func:`cvfl_sim.bound_check.bound_vs_observed`.
-    ax : matplotlib.axes.Axes, optional
-        Where to draw; a new pyplot-managed figure otherwise.
-
-    Returns
-    -------
-    matplotlib.axes.Axes
-    """
-    forms = getattr(check, "forms", None)
-    if not isinstance(forms, dict) or not forms or not hasattr(check, "observed"):
-        raise TypeError(
-            f"check must be the BoundCheck of bound_vs_observed, got {type(check).__name__}"
-        )
-    ax = _new_axes(ax, (7.0, 3.5))
-    names = list(forms)
-    parts = ("optimization", "variance", "compression", "total")
-    width = 0.8 / len(parts)
-    pos = np.arange(len(names))
-    for k, part in enumerate(parts):
-        vals = [float(getattr(forms[n], part)) for n in names]
-        ax.bar(pos + (k - 1.5) * width, vals, width, label=part)
-    ax.axhline(check.observed, color="k", ls="--", label="observed")
-    ax.set_yscale("log")
-    ax.set_xticks(pos, names)
-    ax.set_ylabel(r"$\|\nabla F\|^2$ bound terms")
-    ax.set_title(f"Theorem {check.theorem} term by term vs the run")
-    ax.legend(fontsize="small")
-    return ax
-
-
 def save_figure(fig: Any, path: str) -> None:
     """Write ``fig`` as a PNG (110 dpi) atomically, with the project's one atomic writer."""
     import io
@@ -345,3 +291,21 @@ def save_figure(fig: Any, path: str) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     atomic_write_bytes(path, buf.getvalue())
+
+
+def plot_panels(
+    groups: dict[str, list[RunResult]], path: str, title: str, xkeys: Sequence[str] = ("bits",)
+) -> None:
+    """Save one :func:`plot_runs` panel per x axis to ``path`` (atomic).
+
+    The figure is made without pyplot, so no backend is switched and a notebook is unaffected.
+    """
+    from matplotlib.figure import Figure
+
+    wide = len(groups) > 6
+    fig = Figure(figsize=(5.5 * len(xkeys) + (2.0 if wide else 0.0), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(xkeys), squeeze=False)[0]
+    for k, (ax, xkey) in enumerate(zip(axes, xkeys)):
+        plot_runs(groups, x=xkey, ax=ax, legend=k == len(xkeys) - 1)
+    fig.suptitle(title)
+    save_figure(fig, path)

@@ -1,7 +1,7 @@
 r"""Reference data for the mean-estimation tools: real vectors and heavy-tailed synthetic sets.
 
 Everything here works offline: scikit-learn ships the data sets used, read without importing it
-(:func:`cvfl_sim.data.digits_arrays`). ``cvfl_theory`` stays free of I/O and data loading; these
+(:func:`cvfl_sim.vfl.data.digits_arrays`). ``cvfl_theory`` stays free of I/O and data loading; these
 helpers feed it.
 
 - :func:`heavy_tailed` — Student-t or signed log-normal ``(n, d)`` matrices;
@@ -16,7 +16,7 @@ import numpy as np
 
 from cvfl_theory._rng import RNGLike, as_generator
 
-from .data import breast_cancer_arrays, digits_arrays
+from ..vfl.data import breast_cancer_arrays, digits_arrays
 
 __all__ = ["heavy_tailed", "logistic_gradients", "verification_datasets"]
 

@@ -22,7 +22,7 @@ Three experiments, each a plain function usable from Jupyter (results render as 
     :math:`\|\nabla F\|^2` curve is summarised by window means over log-spaced windows and the
     log-log slope over the later windows.
 
-Runs use the analytic model (linear parties, linear head; :mod:`cvfl_sim.analytic_constants`)
+Runs use the analytic model (linear parties, linear head; :mod:`cvfl_sim.bounds.analytic_constants`)
 where ``T = 2000`` costs a few seconds.
 """
 
@@ -31,15 +31,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cvfl_theory.table import Table
 
-from .algorithm import CVFLConfig, train
-from .data import VerticalDataset, load_dataset
-from .experiments import make_compressor
+from ..vfl.compressors import make_compressor
+from ..vfl.data import VerticalDataset, load_dataset
+from .specs import Options, RunSpec
+
+if TYPE_CHECKING:
+    from ..vfl.config import CVFLConfig
 
 __all__ = [
     "SlopeFit",
@@ -51,6 +54,8 @@ __all__ = [
     "FLOOR_ARMS",
     "run_schedule_experiment",
     "DEFAULT_TS",
+    "specs",
+    "run",
 ]
 
 DEFAULT_TS = (48, 96, 200, 496, 1000, 2000)
@@ -156,6 +161,8 @@ def _config(**kw: Any) -> CVFLConfig:
         "eval_every": 1,
     }
     base.update(kw)
+    from ..vfl.config import CVFLConfig
+
     return CVFLConfig(**base)
 
 
@@ -222,6 +229,8 @@ def rate_experiment(
     per-run rows and :func:`fit_loglog_slope` over all ``(T, seed)`` points.
     """
     from cvfl_theory.bounds import c5_parameters
+
+    from ..vfl.train import train
 
     ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
     if bits_rule not in ("q_min", "q"):
@@ -357,7 +366,8 @@ def floor_experiment(
     """
     from cvfl_theory.bounds import bits_schedule, step_sizes
 
-    from .schedules import CompressionSchedule
+    from ..vfl.schedules import CompressionSchedule
+    from ..vfl.train import train
 
     unknown = set(arms) - set(FLOOR_ARMS)
     if unknown or not arms:
@@ -486,8 +496,9 @@ def run_schedule_experiment(
     import os
     import sys
 
-    from .experiments import write_table
-    from .results import atomic_write_text
+    from cvfl_theory._atomic import atomic_write_text
+
+    from .tables import write_table
 
     folder = os.path.join(os.fspath(out), "schedules")
     os.makedirs(folder, exist_ok=True)
@@ -519,3 +530,14 @@ def run_schedule_experiment(
     atomic_write_text(os.path.join(folder, "summary.md"), "\n".join(lines) + "\n")
     _plot_schedules(rate, floor, os.path.join(folder, "schedules.png"))
     return {"rows": rate.rows, "rate": rate, "floor": floor, "folder": folder}
+
+
+def specs(opt: Options) -> list[RunSpec]:
+    """No sweep: the experiment trains its own runs (:func:`rate_experiment`, :func:`floor_experiment`)."""
+    return []
+
+
+def run(opt: Options) -> dict[str, Any]:
+    """The C4.3 rate and the C4.4 conditions checked empirically (:func:`run_schedule_experiment`)."""
+    progress = bool(opt.progress)  # lines only when asked for, as the bounds experiment's
+    return run_schedule_experiment(opt.out, quick=opt.quick, progress=progress, seeds=opt.seeds)

@@ -9,7 +9,7 @@ specifications, each with a ``key()`` naming its result file ``<folder>/<key>.js
 2. computes the rest on an :class:`Executor`: in this process (``jobs = 1``), in this process
    *and* ``jobs - 1`` local worker processes of joblib's loky pool (``jobs > 1``), or on a Dask
    cluster (``backend="dask"``, the ``cluster`` extra); each computation runs with
-   :attr:`Executor.threads` torch intra-op threads (:mod:`cvfl_sim.threads`; one by default, the
+   :attr:`Executor.threads` torch intra-op threads (:mod:`cvfl_sim.vfl.threads`; one by default, the
    fastest for these tiny models);
 3. writes each result atomically in *this* process as soon as it has it (so a cluster needs no
    shared file system, and a sweep killed at any moment leaves only complete files: a rerun skips
@@ -50,8 +50,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from .results import RunResult
-from .threads import DEFAULT_THREADS, check_threads, torch_threads
+from ..vfl.results import RunResult
+from ..vfl.threads import DEFAULT_THREADS, check_threads, torch_threads
 
 __all__ = ["Executor", "BACKENDS", "run_specs", "progress_bar", "start_workers"]
 

@@ -1,18 +1,18 @@
 r"""Theorems 4.2/4.4 term by term on real runs, in three forms (THEORY C4.1, C4.2, C4.5, C9).
 
-Each run of :data:`PLANS` trains with a :class:`~cvfl_sim.lemma1.Lemma1Probe` on every round
+Each run of :data:`PLANS` trains with a :class:`~cvfl_sim.bounds.lemma1.Lemma1Probe` on every round
 (local steps ``0`` and ``Q - 1``) and evaluates Theorem 4.2 (constant step; against the average
 observed :math:`\|\nabla F\|^2`) or Theorem 4.4 (diminishing step; against the smallest) with
-:func:`cvfl_sim.bound_check.bound_vs_observed` in three forms of term 3:
+:func:`cvfl_sim.bounds.theorems.bound_vs_observed` in three forms of term 3:
 
 ``recovered``
     Lemma 1's right side :math:`H_m^2 G_m^2 \sum_{j\ne m}E_j^{t_0}` (chain reading, operator
     norms; realised errors). For the **analytic** model (linear parties, linear head) the
-    constants are the proved bounds of :mod:`cvfl_sim.analytic_constants` over every point the
-    run visits; for the **MLP** they are estimated (:func:`cvfl_sim.bound_check.estimate_constants`,
+    constants are the proved bounds of :mod:`cvfl_sim.bounds.analytic_constants` over every point the
+    run visits; for the **MLP** they are estimated (:func:`cvfl_sim.bounds.theorems.estimate_constants`,
     maxima at the initial and final points) and raised to the probe's maxima.
 ``tight (C4.5, ours)``
-    The tight bound of :mod:`cvfl_sim.tight_term` at each round start (not the paper's).
+    The tight bound of :mod:`cvfl_sim.bounds.tight_term` at each round start (not the paper's).
 ``measured Lemma 1``
     The probe's exact left side :math:`\|\nabla_m F_B(\Phi_m^t) - \nabla_m F_B(\hat\Phi_m^t)\|^2`
     (mean over the probed steps of a round).
@@ -35,11 +35,21 @@ from typing import Any
 
 import numpy as np
 
-from .algorithm import CVFLConfig, train
-from .data import load_dataset
-from .results import atomic_write_text
+from cvfl_theory._atomic import atomic_write_text
 
-__all__ = ["RunPlan", "PLANS", "QUICK_PLANS", "theorem_run", "run_theorem_experiment", "COLUMNS"]
+from ..vfl.data import load_dataset
+from .specs import Options, RunSpec
+
+__all__ = [
+    "RunPlan",
+    "PLANS",
+    "QUICK_PLANS",
+    "theorem_run",
+    "run_theorem_experiment",
+    "COLUMNS",
+    "specs",
+    "run",
+]
 
 FORMS = ("recovered", "tight (C4.5, ours)", "measured Lemma 1")
 SHORT = {"recovered": "rec", "tight (C4.5, ours)": "tight", "measured Lemma 1": "meas"}
@@ -120,8 +130,8 @@ QUICK_PLANS: tuple[RunPlan, ...] = (
 
 
 def _analytic_as_constants(c: Any) -> Any:
-    """A :class:`cvfl_sim.bound_check.Constants` holding the analytic (proved) constants."""
-    from .bound_check import Constants
+    """A :class:`cvfl_sim.bounds.theorems.Constants` holding the analytic (proved) constants."""
+    from ..bounds.theorems import Constants
 
     nan = tuple(math.nan for _ in c.G)
     return Constants(
@@ -147,10 +157,12 @@ def theorem_run(plan: RunPlan, seed: int = 0) -> dict[str, Any]:
     Lemma-1 probe's smallest right / left ratio and, for the analytic model, whether every
     proved constant is at least the probe's value at every probed point.
     """
-    from .analytic_constants import analytic_constants, train_recorded
-    from .bound_check import bound_vs_observed, estimate_constants
-    from .experiments import make_compressor
-    from .lemma1 import Lemma1Probe
+    from ..bounds.analytic_constants import analytic_constants, train_recorded
+    from ..bounds.lemma1 import Lemma1Probe
+    from ..bounds.theorems import bound_vs_observed, estimate_constants
+    from ..vfl.compressors import make_compressor
+    from ..vfl.config import CVFLConfig
+    from ..vfl.train import train
 
     ds = load_dataset(plan.dataset)
     B = BATCH[plan.dataset]
@@ -223,12 +235,12 @@ def theorem_run(plan: RunPlan, seed: int = 0) -> dict[str, Any]:
         row[f"total_{s}"] = t.total
         row[f"share3_{s}"] = t.compression / t.total if t.total > 0 else 0.0
         row[f"ratio_{s}"] = check.ratios[form]
-    from .lemma1 import _stats  # (min, median, max) of the finite values
+    from ..bounds.lemma1 import finite_stats
 
     tight, tight_sums = rep.tight_ratios(), rep.tight_sum_ratios()
-    row["lemma1_min_ratio"] = _stats(rep.ratios("realised"))[0]
-    row["tight_min_ratio"] = _stats(tight)[0] if tight is not None else math.nan
-    row["tight_sum_ratio"] = _stats(tight_sums)[0] if tight_sums is not None else math.nan
+    row["lemma1_min_ratio"] = finite_stats(rep.ratios("realised"))[0]
+    row["tight_min_ratio"] = finite_stats(tight)[0] if tight is not None else math.nan
+    row["tight_sum_ratio"] = finite_stats(tight_sums)[0] if tight_sums is not None else math.nan
     row["analytic_ge_probe"] = consistent
     row["seconds"] = time.perf_counter() - tick
     return row
@@ -323,7 +335,7 @@ def run_theorem_experiment(
     """
     import sys
 
-    from .experiments import write_table
+    from .tables import write_table
 
     folder = os.path.join(os.fspath(out), "bounds")
     runs = os.path.join(folder, "runs")
@@ -351,3 +363,18 @@ def run_theorem_experiment(
     write_table(rows, folder, "table", COLUMNS)
     _plot(rows, os.path.join(folder, "bounds.png"))
     return {"rows": rows, "folder": folder, "plans": [dataclasses.asdict(p) for p in plans]}
+
+
+def specs(opt: Options) -> list[RunSpec]:
+    """No sweep: the experiment trains its own probed runs (:data:`PLANS`)."""
+    return []
+
+
+def run(opt: Options) -> dict[str, Any]:
+    """Theorems 4.2/4.4 term by term on 20 runs (one seed), three forms of term 3.
+
+    ``seeds`` and ``target_fraction`` do not apply.
+    """
+    # progress lines only when asked for: None (a bar's choice, by terminal) prints none
+    progress = bool(opt.progress)
+    return run_theorem_experiment(opt.out, quick=opt.quick, force=opt.force, progress=progress)

@@ -1,6 +1,6 @@
 """The default verification suite run by ``cvfl verify``: each encoder on a few data sets.
 
-The data (:func:`cvfl_sim.reference_data.verification_datasets`) include real vectors shipped with
+The data (:func:`cvfl_sim.experiments.reference_data.verification_datasets`) include real vectors shipped with
 scikit-learn (no download), a Gaussian set and a heavy-tailed (log-normal) set in float32.
 """
 
@@ -45,7 +45,7 @@ def run_suite(trials: int = 1000, seed: int = 0) -> Iterator[tuple[str, VerifyRe
 
 
 def summary_table(results: list[tuple[str, VerifyResult]]) -> Table:
-    """One row per (data set, encoder): the MSE pair, the worst |z| and the verdict."""
+    """One row per (data set, encoder): the MSE pair, the worst :math:`|z|` and the verdict."""
     rows = []
     for name, res in results:
         worst = max(res.checks, key=lambda c: c.z / c.threshold)

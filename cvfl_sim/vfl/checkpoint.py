@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .results import atomic_write_bytes
+from cvfl_theory._atomic import atomic_write_bytes
 
 __all__ = [
     "MAGIC",

@@ -1,8 +1,8 @@
 r"""Algorithm 1 (THEORY C1) as separate processes: one per party plus the server, over gloo.
 
-Each process plays one role of :mod:`cvfl_sim.roles` and sends the compressors' real wire bytes as
+Each process plays one role of :mod:`cvfl_sim.vfl.roles` and sends the compressors' real wire bytes as
 ``uint8`` tensors with ``torch.distributed`` point-to-point messages (gloo backend), each preceded
-by its length (one ``int64``, :data:`~cvfl_sim.transport.FRAME_BYTES` bytes). Rank 0 is the
+by its length (one ``int64``, :data:`~cvfl_sim.vfl.transport.FRAME_BYTES` bytes). Rank 0 is the
 server, rank ``m`` party ``m``. Every process counts the bytes it sends; the algorithm's bytes
 are the C6 ledger's payload plus framing, exactly (tested).
 
@@ -21,7 +21,7 @@ Across machines
     ``run.py``::
 
         from cvfl_sim import CVFLConfig, load_dataset
-        from cvfl_sim.distributed import run_from_env
+        from cvfl_sim.vfl.distributed import run_from_env
 
         res = run_from_env(load_dataset("breast-cancer"), CVFLConfig(Q=2, epochs=5))
         if res is not None:  # rank 0, the server
@@ -37,7 +37,7 @@ Across machines
 Faults
     Every ``torch.distributed`` operation has the ``timeout`` of
     :func:`torch.distributed.init_process_group`; a receiver whose peer crashed or hung raises
-    :class:`~cvfl_sim.transport.PeerError` naming the peer and the round. The launcher is a
+    :class:`~cvfl_sim.vfl.transport.PeerError` naming the peer and the round. The launcher is a
     watchdog: it kills every process once one fails (or when no round starts for ``timeout``
     plus a grace period) and raises :class:`DistributedRunError` naming the party that crashed or
     hung and the round. With a checkpoint, the epochs already finished are saved and rerunning
@@ -57,31 +57,17 @@ from datetime import timedelta
 from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from .algorithm import CVFLConfig, _setup, train
+from .config import CVFLConfig, setup_run
 from .data import VerticalDataset
 from .results import RunResult
-from .roles import run_roles, train_roles
-from .timing import T_COMPUTE
+from .roles import run_roles
 from .transport import PeerError, Transport, rank_name
 
-__all__ = [
-    "DistributedRunError",
-    "GlooTransport",
-    "train_distributed",
-    "run_from_env",
-    "dispatch",
-    "BACKENDS",
-    "latency_table",
-    "format_latency_table",
-]
-
-BACKENDS = ("inprocess", "roles", "distributed")
-"""The execution strategies of :func:`cvfl_sim.algorithm.train`."""
+__all__ = ["DistributedRunError", "GlooTransport", "train_distributed", "run_from_env"]
 
 _GRACE = 5.0  # seconds the watchdog adds to the timeout before it declares a stall
 
@@ -102,7 +88,7 @@ class GlooTransport(Transport):
     timeout : float
         Seconds any send or receive may wait (``init_process_group(timeout=...)``).
     delay : float
-        The per-hop message delay of :class:`~cvfl_sim.transport.Transport`.
+        The per-hop message delay of :class:`~cvfl_sim.vfl.transport.Transport`.
     """
 
     def __init__(
@@ -257,7 +243,7 @@ def train_distributed(
     Parameters
     ----------
     dataset, config
-        As for :func:`cvfl_sim.algorithm.train`; both are sent to the processes (the config must
+        As for :func:`cvfl_sim.vfl.train.train`; both are sent to the processes (the config must
         be picklable: a schedule given as a lambda is not).
     checkpoint : path-like, optional
         ``train``'s checkpoint file, written by the server after every epoch; resumed from.
@@ -286,12 +272,12 @@ def train_distributed(
         raise ValueError(f"timeout must be a number of seconds in (0, 86400), got {timeout!r}")
     if start_method not in ("forkserver", "spawn"):
         raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
-    s = _setup(dataset, config)  # bad input raises here, before any process starts
+    s = setup_run(dataset, config)  # bad input raises here, before any process starts
     world = dataset.n_parties + 1
     ctx: ForkServerContext | SpawnContext
     if start_method == "forkserver":
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "cvfl_sim.distributed"])
+        ctx.set_forkserver_preload(["torch", "cvfl_sim.vfl.distributed"])
     else:
         ctx = mp.get_context("spawn")
     progress = ctx.Array("q", world, lock=False)
@@ -365,7 +351,7 @@ def run_from_env(
 
     Reads ``RANK``, ``WORLD_SIZE`` (must be ``M + 1``), ``MASTER_ADDR`` and ``MASTER_PORT``;
     :func:`train_distributed` starts its processes this way too. Returns the
-    :class:`~cvfl_sim.results.RunResult` on rank 0 (the server), ``None`` on the parties.
+    :class:`~cvfl_sim.vfl.results.RunResult` on rank 0 (the server), ``None`` on the parties.
 
     Raises
     ------
@@ -410,109 +396,3 @@ def _role_from_env(
     # peer); the process ends anyway
     transport.close()
     return res, dict(transport.bytes_sent[rank])
-
-
-_OPTIONS: dict[str, frozenset[str]] = {
-    "inprocess": frozenset(),
-    "roles": frozenset({"delay"}),
-    "distributed": frozenset({"timeout", "delay", "start_method", "fault"}),
-}
-
-
-def dispatch(
-    dataset: VerticalDataset,
-    config: CVFLConfig,
-    backend: str,
-    checkpoint: str | os.PathLike[str] | None,
-    on_epoch_end: Callable[[int], None] | None,
-    probe: Callable[..., None] | None,
-    options: dict[str, Any] | None,
-) -> RunResult:
-    """The non-default executions of :func:`cvfl_sim.algorithm.train` (validated here)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    opts = dict(options or {})
-    unknown = sorted(set(opts) - _OPTIONS[backend])
-    if unknown:
-        raise ValueError(
-            f"backend_options {unknown} are not options of backend {backend!r} "
-            f"(allowed: {sorted(_OPTIONS[backend])})"
-        )
-    if backend == "inprocess":
-        return train(dataset, config, checkpoint=checkpoint, on_epoch_end=on_epoch_end, probe=probe)
-    if probe is not None:
-        raise ValueError(f"probe needs backend='inprocess', got backend={backend!r}")
-    if backend == "roles":
-        return train_roles(
-            dataset, config, checkpoint=checkpoint, on_epoch_end=on_epoch_end, **opts
-        )
-    if on_epoch_end is not None:
-        raise ValueError("on_epoch_end is not available with backend='distributed'")
-    return train_distributed(dataset, config, checkpoint=checkpoint, **opts)
-
-
-def latency_table(
-    dataset: VerticalDataset,
-    config: CVFLConfig,
-    *,
-    delays: tuple[float, ...] = (0.001, 0.010, 0.050, 0.200),
-    Qs: tuple[int, ...] = (1, 10, 25),
-) -> list[dict[str, Any]]:
-    r"""Measured seconds per round of distributed runs beside the C7 time model (a small Table 5).
-
-    For each ``Q`` the in-process (vectorised) run of ``config`` gives the compute time per local
-    iteration :math:`t_c` and its round time; then one distributed run per ``delay`` (seconds
-    per message hop; a round is an upload then a broadcast, so the round trip of C7 is
-    :math:`t_{comm} = 2\,\text{delay}`) gives the measured round time, set beside
-    :math:`Q t_c + t_{comm}` and the paper's :math:`Q \cdot 10\,\text{ms} + t_{comm}` (C7).
-    ``delay = 0`` rows give the distributed overhead per round over the in-process round time.
-    A measurement, not a test: the numbers depend on the machine and its load.
-
-    Returns
-    -------
-    list of dict
-        One row per ``(Q, delay)``: ``Q``, ``delay_ms``, ``rounds``, ``measured_s`` (median
-        over the rounds after the first, which includes the processes' start-up),
-        ``model_s``, ``paper_model_s``, ``inprocess_s``, ``overhead`` (measured ÷ in-process).
-    """
-    rows = []
-    for Q in Qs:
-        cfg = dataclasses.replace(config, Q=Q, progress=False)
-        ref = train(dataset, cfg)
-        n_rounds = ref.summary["rounds"]
-        if n_rounds < 3:
-            raise ValueError(f"latency_table needs >= 3 rounds per run, config gives {n_rounds}")
-        inproc = ref.summary["train_seconds"] / n_rounds
-        t_c = inproc / Q
-        for delay in (0.0, *delays):
-            res = train_distributed(dataset, cfg, delay=delay)
-            measured = float(np.median(res.summary["round_seconds"][1:]))  # after start-up
-            t_comm = 2 * delay
-            rows.append(
-                {
-                    "Q": Q,
-                    "delay_ms": 1000 * delay,
-                    "rounds": n_rounds,
-                    "measured_s": measured,
-                    "model_s": Q * t_c + t_comm,
-                    "paper_model_s": Q * T_COMPUTE + t_comm,
-                    "inprocess_s": inproc,
-                    "overhead": measured / inproc,
-                }
-            )
-    return rows
-
-
-def format_latency_table(rows: list[dict[str, Any]]) -> str:
-    """The rows of :func:`latency_table` as a fixed-width text table."""
-    head = (
-        f"{'Q':>3} {'delay ms':>9} {'measured s/round':>17} {'C7 model (t_c meas.)':>21} "
-        f"{'C7 model (10 ms)':>17} {'in-process s/round':>19} {'dist/in-proc':>13}"
-    )
-    lines = [head]
-    for r in rows:
-        lines.append(
-            f"{r['Q']:>3} {r['delay_ms']:>9.0f} {r['measured_s']:>17.4f} {r['model_s']:>21.4f} "
-            f"{r['paper_model_s']:>17.4f} {r['inprocess_s']:>19.4f} {r['overhead']:>13.1f}"
-        )
-    return "\n".join(lines)

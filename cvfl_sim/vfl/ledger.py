@@ -18,7 +18,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RoundBits", "BitLedger", "paper_cost_model", "round_bits"]
+__all__ = ["RoundBits", "BitLedger", "paper_cost_model", "round_bits", "nominal_bits"]
+
+
+def nominal_bits(c: Any) -> float:
+    """Nominal bits per component ``b`` of a compressor (for the paper's cost model, C6).
+
+    ``bits`` from its configuration, ``r`` for :class:`Identity` (32).
+    """
+    cfg = c.config() if hasattr(c, "config") else {}
+    for key in ("bits", "r"):
+        if cfg.get(key) is not None:
+            return float(cfg[key])
+    return 32.0
 
 
 def paper_cost_model(

@@ -164,7 +164,7 @@ def build_party_models(
     ----------
     spec : str, callable or sequence of nn.Module
         ``"mlp"`` (default), ``"linear"`` (:math:`h_m = W_m x_m + b_m`; with the ``"linear"``
-        head it is the analytic model whose C3 constants :mod:`cvfl_sim.analytic_constants`
+        head it is the analytic model whose C3 constants :mod:`cvfl_sim.bounds.analytic_constants`
         computes in closed form), ``"cnn"`` (needs ``party_shapes`` ``(C, H, W)``),
         ``"gru"`` (needs ``(T, F)``); a callable ``spec(m, D_m, shape) -> nn.Module``; or one
         module per party.

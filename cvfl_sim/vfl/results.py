@@ -16,11 +16,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from cvfl_theory._atomic import atomic_write_bytes, atomic_write_text
+from cvfl_theory._atomic import atomic_write_text
 from cvfl_theory._export import dataframe, json_safe
 from cvfl_theory.table import Table
 
-__all__ = ["RunResult", "HISTORY_COLUMNS", "atomic_write_text", "atomic_write_bytes"]
+__all__ = ["RunResult", "HISTORY_COLUMNS"]
 
 HISTORY_COLUMNS = (
     "epoch",
@@ -62,7 +62,7 @@ class RunResult:
     Attributes
     ----------
     config : dict
-        JSON-able description of the :class:`~cvfl_sim.algorithm.CVFLConfig` (compressors by
+        JSON-able description of the :class:`~cvfl_sim.vfl.config.CVFLConfig` (compressors by
         class name and constructor arguments).
     dataset : dict
         :meth:`VerticalDataset.describe` of the data.

@@ -8,13 +8,13 @@ THEORY C1, C6. Each role owns what it owns in a deployment:
   per-sample memories, which every role rebuilds from the messages it has seen;
 - the :class:`Server` owns :math:`\theta_0`, :math:`C_0` and its dither stream.
 
-They talk only through a :class:`~cvfl_sim.transport.Transport`: a party's upload is
+They talk only through a :class:`~cvfl_sim.vfl.transport.Transport`: a party's upload is
 ``C_m.compress(h_m).to_bytes()``; the server relays those bytes unchanged to the other parties and
 adds ``C_0.compress(θ_0).to_bytes()``. A receiver parses every message with
 :meth:`~cvfl_theory.compressors.Compressed.from_bytes` against the compressor, shape and dtype it
 expects (bytes from another process are hostile).
 
-Shared randomness. The runs are seeded exactly as :func:`cvfl_sim.algorithm.train` seeds them
+Shared randomness. The runs are seeded exactly as :func:`~cvfl_sim.vfl.train.train` seeds them
 (``SeedSequence(seed).spawn(3)``: initialisation, batches, compressors; the compressor stream
 spawns ``M + 1`` generators, party ``m`` takes number ``m - 1`` and the server number ``M``).
 Every role draws the mini-batch indices from its own copy of the batch generator — the sample
@@ -26,7 +26,7 @@ Measurement. Evaluations and checkpoints need the whole model in one place: at t
 parties send their parameters (and, for a checkpoint, their generator states) and their measured
 compression errors :math:`\|\varepsilon_m^{t_0}\|_F^2` (C2) to the server as ``"measurement"``
 messages, counted apart from the algorithm's bytes. The server keeps the run's ledger, log,
-history, checkpoint and result with ``train``'s own :class:`~cvfl_sim.algorithm.RunRecord`, so
+history, checkpoint and result with ``train``'s own :class:`~cvfl_sim.vfl.record.RunRecord`, so
 the results agree and either backend resumes the other's (pickle-free) checkpoint file.
 """
 
@@ -46,20 +46,12 @@ from torch import nn
 
 from cvfl_theory.compressors import Compressed
 
-from .algorithm import (
-    CVFLConfig,
-    RunRecord,
-    _diverged,
-    _Setup,
-    _setup,
-    _sgd_step,
-    checkpoint_arrays,
-    minibatches,
-    resume,
-)
+from .config import CVFLConfig, RunSetup, setup_run
 from .data import VerticalDataset
 from .models import count_parameters
+from .record import RunRecord, checkpoint_arrays, resume
 from .results import RunResult
+from .steps import diverged, minibatches, sgd_step
 from .transport import InProcessTransport, PeerError, Transport
 
 __all__ = ["Party", "Server", "run_roles", "train_roles", "max_message_bytes"]
@@ -196,7 +188,7 @@ class Party:
             msg = compressor.compress(self.memory.before(self.m, idx, h), rng=self.rng).to_bytes()
         except ValueError:
             if not bool(torch.isfinite(h).all()):
-                raise _diverged(self.m - 1, r, t0) from None
+                raise diverged(self.m - 1, r, t0) from None
             raise
         shape = (len(idx), self.sizes[self.m - 1])
         own = self.memory.after(self.m, idx, decode(msg, compressor, shape, self.dtype, self.m, r))
@@ -223,7 +215,7 @@ class Party:
         h = self.model(self.xb)  # own fresh embedding h_m(θ_m^t)
         view = torch.cat([h if z is None else z for z in self.stale], dim=1)
         loss = nn.functional.cross_entropy(self.server_hat(view), self.yb)
-        _sgd_step(self.params, torch.autograd.grad(loss, self.params, allow_unused=True), eta)
+        sgd_step(self.params, torch.autograd.grad(loss, self.params, allow_unused=True), eta)
 
     def report(self, with_rng: bool) -> list[bytes]:
         """Measurement frames: parameters, errors since the last report, generator state."""
@@ -297,18 +289,18 @@ class Server:
     def local_step(self, eta: float) -> None:
         r""":math:`\theta_0 \leftarrow \theta_0 - \eta \nabla_0 F_{\mathcal{B}}(\hat\Phi^{t_0})`."""
         loss = nn.functional.cross_entropy(self.model(self.Zhat), self.yb)
-        _sgd_step(self.params, torch.autograd.grad(loss, self.params, allow_unused=True), eta)
+        sgd_step(self.params, torch.autograd.grad(loss, self.params, allow_unused=True), eta)
 
 
 class _Record(RunRecord):
     """The server's bookkeeping (ledger, log, history, checkpoint; not C1 itself).
 
-    The shared :class:`~cvfl_sim.algorithm.RunRecord`, fed by the parties' measurement reports:
+    The shared :class:`~cvfl_sim.vfl.record.RunRecord`, fed by the parties' measurement reports:
     the ledger counts each round as it ends, the log takes the round once its parties' measured
     errors arrive.
     """
 
-    def __init__(self, s: _Setup, dataset: VerticalDataset, config: CVFLConfig, server: Server):
+    def __init__(self, s: RunSetup, dataset: VerticalDataset, config: CVFLConfig, server: Server):
         super().__init__(s, dataset, config)
         self.replicas = copy.deepcopy(s.parties)  # the parties' models as last reported
         self.server = server
@@ -358,13 +350,13 @@ def run_roles(
 ) -> RunResult | None:
     r"""Run Algorithm 1 (THEORY C1) for the roles of ``ranks`` (0 = server, ``m`` = party ``m``).
 
-    In one process ``ranks`` holds every rank; under :mod:`cvfl_sim.distributed` each process
+    In one process ``ranks`` holds every rank; under :mod:`cvfl_sim.vfl.distributed` each process
     runs one. Every process builds the same initial models from the seed (``train``'s set-up).
 
     Parameters
     ----------
     dataset, config
-        As for :func:`cvfl_sim.algorithm.train`.
+        As for :func:`~cvfl_sim.vfl.train.train`.
     transport : Transport
         Carries the messages.
     ranks : sequence of int
@@ -384,7 +376,7 @@ def run_roles(
     RunResult or None
         The run (with ``summary["bytes_sent"]`` from this transport) in the server's process.
     """
-    s = _setup(dataset, config)
+    s = setup_run(dataset, config)
     M = dataset.n_parties
     dtype, Q, B, n = s.dtype, config.Q, config.batch_size, dataset.n_train
     ytr = torch.as_tensor(dataset.y_train)
@@ -519,13 +511,13 @@ def _resume(
     path: str | os.PathLike[str],
     dataset: VerticalDataset,
     config: CVFLConfig,
-    s: _Setup,
+    s: RunSetup,
     parties: dict[int, Party],
     server: Server | None,
     rec: _Record | None,
     batch_gen: np.random.Generator,
 ) -> tuple[int, int]:
-    """Every local role takes its part of ``train``'s checkpoint (:func:`~.algorithm.resume`)."""
+    """Every local role takes its part of ``train``'s checkpoint (:func:`~cvfl_sim.vfl.record.resume`)."""
     memory = _Memories(dataset.n_train, s.emb_sizes, s.dtype, config.error_feedback)
     gens = [parties[m].rng if m in parties else None for m in range(1, dataset.n_parties + 1)]
     gens.append(None if server is None else server.rng)
@@ -557,12 +549,12 @@ def train_roles(
     Same result as the vectorised ``train`` (THEORY C1), plus ``summary["bytes_sent"]``: per
     rank, the ``"algorithm"`` and ``"measurement"`` bytes sent (frames included), and
     ``summary["round_seconds"]``. In one process the roles run one after another, so a
-    ``delay`` adds up over the parties' uploads; :func:`cvfl_sim.distributed.train_distributed`
+    ``delay`` adds up over the parties' uploads; :func:`~cvfl_sim.vfl.distributed.train_distributed`
     is the one to time latency with.
 
     Examples
     --------
-    >>> from cvfl_sim.data import load_dataset
+    >>> from cvfl_sim.vfl.data import load_dataset
     >>> from cvfl_theory.compressors import ScalarQuantizer
     >>> ds = load_dataset("breast-cancer")
     >>> cfg = CVFLConfig(epochs=1, batch_size=200, compressor=ScalarQuantizer(4))

@@ -5,7 +5,7 @@ parallelism costs more in synchronisation than it saves: on a busy 2-core machin
 forward/backward passes of the tiny MLP took 7.5 s with 2 intra-op threads and 0.05 s with 1.
 ``cvfl train``, ``cvfl bound``, ``cvfl reproduce`` and every sweep worker therefore train under
 :func:`torch_threads` with :data:`DEFAULT_THREADS` unless ``--threads`` says otherwise;
-independent runs use the other cores (:mod:`cvfl_sim.sweep`).
+independent runs use the other cores (:mod:`cvfl_sim.experiments.sweep`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ kind:
   run (the parties' parameters, their measured compression errors and random-generator states).
 
 Two transports share this interface: :class:`InProcessTransport` (queues, one process) and
-:class:`cvfl_sim.distributed.GlooTransport` (``torch.distributed`` point-to-point messages).
+:class:`cvfl_sim.vfl.distributed.GlooTransport` (``torch.distributed`` point-to-point messages).
 A receiver always states the largest frame it accepts, checked before anything is allocated.
 """
 

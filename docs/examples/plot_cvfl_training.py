@@ -11,14 +11,14 @@ embeddings uncompressed (32-bit floats) or with a 2-bit dithered scalar quantize
 
 # %%
 from cvfl_sim import CVFLConfig, load_dataset, train
-from cvfl_sim.plotting import plot_runs
+from cvfl_sim.experiments.plotting import plot_runs
 from cvfl_theory.compressors import Identity, ScalarQuantizer
 
 data = load_dataset("digits-quadrants")
 
 # %%
 # Train once uncompressed and once with the 2-bit quantizer (two seeds each), and plot test
-# accuracy against the bits sent with the toolkit's own :func:`~cvfl_sim.plotting.plot_runs`
+# accuracy against the bits sent with the toolkit's own :func:`~cvfl_sim.experiments.plotting.plot_runs`
 # (mean ± std over the seeds; the label ``b=32`` is the uncompressed baseline):
 
 groups = {}

@@ -13,7 +13,7 @@ synthetic set.
 import matplotlib.pyplot as plt
 import numpy as np
 
-from cvfl_sim.reference_data import heavy_tailed, logistic_gradients
+from cvfl_sim.experiments.reference_data import heavy_tailed, logistic_gradients
 from cvfl_theory import plot_tradeoff, tradeoff_curve
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
