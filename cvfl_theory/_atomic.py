@@ -36,8 +36,11 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    except OSError as exc:
+        raise _naming(exc, path) from exc
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
@@ -45,10 +48,21 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    except BaseException as exc:
+        try:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        except OSError:  # the cleanup must not hide why the write failed
+            pass
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from exc
         raise
+
+
+def _naming(exc: OSError, path: str) -> OSError:
+    """The same kind of error, naming the file the caller asked for (not the temporary one)."""
+    reason = exc.strerror or str(exc)
+    return type(exc)(exc.errno, f"cannot write {path!r}: {reason}")
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

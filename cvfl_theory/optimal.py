@@ -45,6 +45,7 @@ from ._validate import (
     check_real,
     raise_mse_overflow,
 )
+from .bitpack import FLOAT_DTYPES
 from .encoders import CentreSpec, IndependentEncoder
 from .protocols import index_bits
 from .waterfill import Certificate, WaterFillResult, check_budget, water_fill
@@ -79,10 +80,13 @@ def check_protocol(protocol: str) -> str:
 
 
 def _check_r(r: Any) -> int:
+    """Bits per float of the wire (K3): an IEEE width the protocols can send, 16, 32 or 64."""
     if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)):
-        raise TypeError(f"r (bits per float) must be a positive integer, got {r!r}")
-    if r < 1:
-        raise ValueError(f"r (bits per float) must be a positive integer, got {r!r}")
+        raise TypeError(f"r (bits per float) must be 16, 32 or 64, got {r!r}")
+    if int(r) not in FLOAT_DTYPES:
+        raise ValueError(
+            f"r (bits per float) must be 16, 32 or 64, the float widths the protocols send, got {r!r}"
+        )
     return int(r)
 
 

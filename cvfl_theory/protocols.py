@@ -78,8 +78,12 @@ _VERSION = 1
 _R_CODES = {16: 0, 32: 1, 64: 2}
 _R_FROM_CODE = {v: k for k, v in _R_CODES.items()}
 _SCHEMES = ("bernoulli", "bernoulli-varying", "k-subset")
-# magic(2) version(1) protocol(1) r-code(1) flags(1) scheme(1) reserved(1) d(4) original_d(4)
-# count(4) rate(8) rotation_seed(8)
+_DTYPE_CODES = {"float16": 1, "float32": 2, "float64": 3}
+_DTYPE_FROM_CODE = {v: np.dtype(k) for k, v in _DTYPE_CODES.items()}
+# magic(2) version(1) protocol(1) r-code(1) flags(1) scheme(1) data-dtype(1) d(4) original_d(4)
+# count(4) rate(8) rotation_seed(8). The data-dtype byte is 0 when the data's float has the wire's
+# width r (every message of data at the wire's width is as before), else the code of the data's
+# float (1 float16, 2 float32, 3 float64), so a receiver rebuilds the sender's dtype exactly.
 _HEADER = struct.Struct(">2sBBBBBBIIIdQ")
 _CRC_BYTES = 4
 _FLAG_CENTRE, _FLAG_ROTATED = 1, 2
@@ -181,6 +185,8 @@ class Protocol(ABC):
         self._check_fits(encoded)
         out = []
         flags = int(encoded.centre_sent) | (int(encoded.rotation_seed is not None) << 1)
+        data = np.dtype(encoded.dtype)
+        dcode = 0 if data.itemsize * 8 == self.r else _DTYPE_CODES.get(data.name, 0)
         for m in encoded.nodes:
             w = BitWriter()
             count = self._write_payload(w, m, encoded)
@@ -191,7 +197,7 @@ class Protocol(ABC):
                 _R_CODES[self.r],
                 flags,
                 _SCHEMES.index(encoded.scheme),
-                0,
+                dcode,
                 encoded.d,
                 encoded.original_d,
                 count,
@@ -225,7 +231,9 @@ class Protocol(ABC):
         messages : list of bytes
             One message per node.
         d : int
-            Dimension the receiver expects (checked against each header).
+            Dimension the receiver expects (checked against each header): the data's, or for a
+            rotated message (K5.2) either the data's or its padded one (``Encoded.d``), so
+            ``from_bytes(to_bytes(e), d=e.d)`` gives back ``e``.
 
         Raises
         ------
@@ -239,7 +247,8 @@ class Protocol(ABC):
         -----
         Bytes from outside are hostile. Before anything is allocated or generated, every header
         field is checked against ``d`` and this protocol: magic, version, protocol and float
-        width codes, known flags only, zero reserved byte, the dimension (``d``, or its power of
+        width codes, known flags only, the data-dtype code (the sender's float, rebuilt exactly:
+        0 for the wire's own width), the dimension (``d``, or its power of
         two when the rotation flag is set, K5.2), no rotation seed without the rotation flag, the
         sampling parameter against its scheme (:math:`p \in (0, 1]`, an integer
         :math:`k \in [1, d]`, or NaN), ``count`` against the dimension, and the payload length
@@ -267,11 +276,11 @@ class Protocol(ABC):
             meta = this_meta
             nodes.append(node)
         assert meta is not None
-        centre_sent, rotated, scheme, d_coded, original_d, rotation_seed = meta
+        centre_sent, rotated, scheme, d_coded, original_d, rotation_seed, dtype = meta
         return Encoded(
             scheme=scheme,
             d=d_coded,
-            dtype=float_dtype(self.r).newbyteorder("="),
+            dtype=dtype,
             nodes=tuple(nodes),
             centre_sent=centre_sent,
             rotation_seed=rotation_seed if rotated else None,
@@ -305,7 +314,7 @@ class Protocol(ABC):
             rcode,
             flags,
             scheme_code,
-            reserved,
+            dcode,
             d_coded,
             original_d,
             count,
@@ -322,12 +331,17 @@ class Protocol(ABC):
             raise ValueError(f"has unknown flags {flags:#04x} (allowed: 0x01 centre, 0x02 rotated)")
         if scheme_code >= len(_SCHEMES):
             raise ValueError(f"has an unknown sampling scheme code {scheme_code}")
-        if reserved != 0:
-            raise ValueError(f"has a non-zero reserved byte {reserved}")
-        if original_d != d:
-            raise ValueError(f"has dimension {original_d}, which does not match d={d}")
+        if dcode == 0:
+            dtype = float_dtype(self.r).newbyteorder("=")
+        elif dcode in _DTYPE_FROM_CODE and _DTYPE_FROM_CODE[dcode].itemsize * 8 != self.r:
+            dtype = _DTYPE_FROM_CODE[dcode]
+        else:  # unknown, or the wire's own width (which is written as 0): not a cvfl writer's
+            raise ValueError(f"has a bad data-dtype code {dcode}")
         centre_sent, rotated = bool(flags & _FLAG_CENTRE), bool(flags & _FLAG_ROTATED)
-        expected_coded = padded_dimension(d) if rotated else d
+        # the receiver's d is the data's dimension, or for a rotated message its padded one
+        if original_d != d and not (rotated and d == d_coded == padded_dimension(original_d)):
+            raise ValueError(f"has dimension {original_d}, which does not match d={d}")
+        expected_coded = padded_dimension(original_d) if rotated else original_d
         if d_coded != expected_coded:
             raise ValueError(
                 f"has coded dimension {d_coded}; d={d} needs {expected_coded}"
@@ -353,8 +367,11 @@ class Protocol(ABC):
         )
         if rd.pos != 8 * _HEADER.size + need or not rd.padding_is_zero():
             raise ValueError("has a payload that does not end where its header says: corrupted")
-        node = NodeMessage(support, values, centre, seed, rate)
-        return node, (centre_sent, rotated, scheme, d_coded, original_d, rseed)
+        typed = values.astype(dtype)
+        if not np.array_equal(typed.astype(values.dtype), values):
+            raise ValueError(f"has values that are not {dtype.name} numbers, as its header says")
+        node = NodeMessage(support, typed, centre, seed, rate)
+        return node, (centre_sent, rotated, scheme, d_coded, original_d, rseed, dtype)
 
     def _check_count(self, d: int, count: int) -> None:
         """Raise ``ValueError`` if the header ``count`` is impossible for dimension ``d``."""

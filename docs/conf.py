@@ -84,6 +84,7 @@ API_SECTIONS = [
             "cvfl_theory._kernels",
             "cvfl_theory.lattice",
             "cvfl_theory.bounds",
+            "cvfl_theory.pep",
         ],
     ),
     (
@@ -112,6 +113,8 @@ API_SECTIONS = [
             "cvfl_sim.vfl.record",
             "cvfl_sim.vfl.results",
             "cvfl_sim.vfl.checkpoint",
+            "cvfl_sim.vfl.files",
+            "cvfl_sim.vfl.progress",
             "cvfl_sim.vfl.threads",
         ],
     ),
@@ -119,7 +122,10 @@ API_SECTIONS = [
         "Simulator: the theory checked on runs (cvfl_sim.bounds)",
         [
             "cvfl_sim.bounds",
+            "cvfl_sim.bounds.hypotheses",
             "cvfl_sim.bounds.theorems",
+            "cvfl_sim.bounds.certificate",
+            "cvfl_sim.bounds.probes",
             "cvfl_sim.bounds.lemma1",
             "cvfl_sim.bounds.tight_term",
             "cvfl_sim.bounds.analytic_constants",

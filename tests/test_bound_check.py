@@ -193,12 +193,13 @@ def test_dense_jacobian_and_norms_match_autograd_functional():
 
 
 def test_cli_quick_json(capsys):
-    args = ["bound", "--quick", "--json", "--compressor", "scalar", "--bits", "2"]
+    args = ["bound", "--quick", "--json", "--compressor", "scalar", "--bits", "2", "--model", "mlp"]
     threads = torch.get_num_threads()
     code, data, err = run_json(capsys, [*args, "--batch-size", "128", "--embedding-size", "2"])
     assert code == 0
     assert torch.get_num_threads() == threads  # one thread only while the command runs
-    assert set(data["bound"]["forms"]) == {"recovered", "measured Lemma 1", "tight (C4.5, ours)"}
+    assert set(data["bound"]["forms"]) == {"recovered", "tight (C4.5, ours)"}
+    assert set(data["bound"]["estimates"]) == {"plug-in (measured Lemma 1)"}
     assert data["lemma1"]["probes"] == 4  # one epoch of 456 samples at B = 128, round starts
     assert data["bound"]["reading"] == "chain"
     assert "constants: point 2/2" in err  # progress on stderr
@@ -240,19 +241,22 @@ def test_readings_and_chain_identity(probed):
         bound_vs_observed(run, c, reading="literal")
 
 
-def test_measured_lemma1_form(probed):
+def test_measured_lemma1_is_an_estimate_not_a_bound(probed):
     run, c, rep = probed
     R = len(run.rounds["lr"])
     chk = bound_vs_observed(run, c, lemma1=rep)
     assert list(rep.rounds) == list(range(R))  # every round probed at its start
-    measured = chk.forms["measured Lemma 1"]
+    assert "plug-in (measured Lemma 1)" not in chk.forms  # not among the bounds
+    measured = chk.estimates["plug-in (measured Lemma 1)"]
     assert measured.compression == pytest.approx(92 / R * float(rep.left.sum()), rel=1e-12)
     assert measured.optimization == chk.terms.optimization
     # the recovered form takes H_m, G_m as maxima over the probed points as well
     base = bound_vs_observed(run, c)
     assert chk.terms.compression >= base.terms.compression
-    assert chk.ratios["measured Lemma 1"] == pytest.approx(measured.total / chk.observed)
-    assert "measured Lemma 1" in chk._repr_html_()
+    assert chk.ratios["plug-in (measured Lemma 1)"] == pytest.approx(measured.total / chk.observed)
+    assert "estimate [plug-in (measured Lemma 1)]" in chk.column("quantity")
+    assert "bound [plug-in (measured Lemma 1)]" not in chk.column("quantity")
+    assert "plug-in (measured Lemma 1)" in chk._repr_html_()
 
 
 def test_json_html_and_plot(probed):

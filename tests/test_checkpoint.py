@@ -174,7 +174,25 @@ def test_truncated_files_are_refused(saved, tmp_path):
         path.write_bytes(data[:n])
         _expect_refused(path, saved, "truncated", "CRC", "not a cvfl checkpoint")
     path.write_bytes(data + b"\0")  # extended
-    _expect_refused(path, saved, "CRC")
+    _expect_refused(path, saved, "CRC", "extended")
+
+
+def test_a_huge_file_is_refused_before_it_is_read(saved, tmp_path):
+    """A 5 GiB file (sparse: no disk used) with a valid prefix: refused from its size alone."""
+    import tracemalloc
+
+    data = saved[2]
+    path = tmp_path / "huge.ckpt"
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.truncate(5 * 2**30)
+    tracemalloc.start()
+    try:
+        _expect_refused(path, saved, "has exactly")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20  # the reader allocated nothing near the file's claimed size
 
 
 def test_bit_flips_are_refused(saved, tmp_path):
@@ -243,12 +261,12 @@ def test_forged_headers_with_valid_crc_are_refused(saved, tmp_path):
         (json.dumps(variant(offset=8)).encode(), "offset"),
         (json.dumps(variant(nbytes=2**62)).encode(), "offset"),
     ]
-    for hb, word in cases:
-        _forge(p, hb, b"\0" * nbytes)
-        _expect_refused(p, saved, word)
     total = _total_bytes(header)
+    for hb, word in cases:  # the file has this run's length: the header's checks decide
+        _forge(p, hb, b"\0" * total)
+        _expect_refused(p, saved, word)
     _forge(p, json.dumps(header).encode(), b"\0" * total + b"\0")  # one data byte too many
-    _expect_refused(p, saved, "not accounted")
+    _expect_refused(p, saved, "has exactly")
     _forge(p, json.dumps({**header, "arrays": header["arrays"][1:]}).encode(), b"\0" * total)
     _expect_refused(p, saved, "offset", "missing")
 
@@ -276,4 +294,61 @@ def test_malformed_training_state_with_valid_crc_is_a_value_error(saved, tmp_pat
         tmp_path / "m.ckpt", json.dumps(header).encode(), data[-4 - _total_bytes(header) : -4]
     )
     with pytest.raises(ValueError, match="malformed training state"):
+        train(ds, CFG, checkpoint=ck)
+
+
+def _with_state(saved, tmp_path, **change):
+    ds, _, data, _ = saved
+    header, _ = _layout(saved)
+    header = {**header, "state": {**header["state"], **change}}
+    return _forge(
+        tmp_path / "s.ckpt", json.dumps(header).encode(), data[-4 - _total_bytes(header) : -4]
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"epoch": 10**6}, "epoch"),
+        ({"epoch": -3}, "epoch"),
+        ({"epoch": 1.9}, "epoch"),  # never int()-ed
+        ({"epoch": "1"}, "epoch"),
+        ({"epoch": True}, "epoch"),
+        ({"round": -100}, "round"),
+        ({"round": 4}, "round"),  # one epoch is 3 rounds here: round 4 does not end an epoch
+        ({"history": []}, "history"),
+        ({"train_time": float("nan")}, "train_time"),
+        ({"err_since": [[1.0, 2.0]] * 5}, "err_since"),
+    ],
+)
+def test_a_state_that_means_nothing_for_this_run_is_refused(saved, tmp_path, change, field):
+    """Valid format and CRC, but a field that cannot belong to this run (issue 20)."""
+    ds = saved[0]
+    ck = _with_state(saved, tmp_path, **change)
+    with pytest.raises(ValueError, match=rf"malformed training state .*{field}") as info:
+        train(ds, CFG, checkpoint=ck)
+    assert str(ck) in str(info.value)
+
+
+def test_history_rows_must_be_the_evaluations_so_far(saved, tmp_path):
+    header, _ = _layout(saved)
+    rows = header["state"]["history"]
+    ds = saved[0]
+    for bad in (
+        rows + rows[-1:],
+        [rows[0], {**rows[-1], "round": 2}],
+        [{**r, "bits": 1.5} for r in rows],
+    ):
+        with pytest.raises(ValueError, match="history"):
+            train(ds, CFG, checkpoint=_with_state(saved, tmp_path, history=bad))
+
+
+def test_a_checkpoint_holding_nan_weights_is_refused(saved, tmp_path):
+    ds, _, data, _ = saved
+    header, _ = _layout(saved)
+    first = header["arrays"][0]
+    body = bytearray(data[-4 - _total_bytes(header) : -4])
+    body[first["offset"] : first["offset"] + 8] = np.array([np.nan]).tobytes()
+    ck = _forge(tmp_path / "n.ckpt", json.dumps(header).encode(), bytes(body))
+    with pytest.raises(ValueError, match="non-finite values"):
         train(ds, CFG, checkpoint=ck)

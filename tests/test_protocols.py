@@ -174,5 +174,6 @@ def test_wider_data_is_rounded_to_r_bits():
     proto = NaiveProtocol(r=32)
     enc = IndependentEncoder(1.0, mu="zero")
     back = proto.from_bytes(proto.to_bytes(enc.encode(X, rng=0)), 2)
-    np.testing.assert_array_equal(decode(back), X.astype(np.float32))
-    assert decode(back).dtype == np.float32
+    # the values are the wire's float32 roundings, in the sender's dtype (the header says it)
+    np.testing.assert_array_equal(decode(back), X.astype(np.float32).astype(np.float64))
+    assert decode(back).dtype == np.float64

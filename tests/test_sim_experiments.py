@@ -211,3 +211,23 @@ def test_bounds_and_schedules_print_lines_only_when_asked(monkeypatch, progress)
     ex.experiment("schedules").run(opt)
     assert [kw["progress"] for kw in seen] == [progress is True] * 2
     assert all(type(kw["progress"]) is bool for kw in seen)
+
+
+def test_a_run_file_holding_another_run_is_recomputed(tmp_path):
+    """A run file edited (Q = 999) or overwritten by another run is not trusted (issue 20)."""
+    import json
+
+    specs = _specs()
+    first = exs.run_sweep(specs, tmp_path, progress=False)
+    runs = tmp_path / "runs"
+    edited = runs / f"{specs[1].key()}.json"
+    doc = json.loads(edited.read_text())
+    doc["config"]["Q"] = 999
+    edited.write_text(json.dumps(doc))
+    other = runs / f"{specs[2].key()}.json"
+    other.write_text((runs / f"{specs[0].key()}.json").read_text())  # another run's file
+    with pytest.warns(RuntimeWarning, match="holds another run"):
+        again = exs.run_sweep(specs, tmp_path, progress=False)
+    for s in specs:
+        assert again[s] == first[s]  # recomputed: the same run as before the edits
+    assert json.loads(edited.read_text())["config"]["Q"] == 2

@@ -21,6 +21,7 @@ from cvfl_theory.testing.strategies import (
     budget_problems,
     compressor_problems,
     compressors,
+    encoder_problems,
     tensors,
 )
 
@@ -203,3 +204,41 @@ def test_strategies_compose_with_data():
         assert c.decompress(c.compress(x, rng=1)).shape == x.shape
 
     check()
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "match"),
+    [
+        (lambda s: s.data_matrices(min_n=5, max_n=1), ValueError, "max_n"),
+        (lambda s: s.data_matrices(min_d=0), ValueError, "min_d"),
+        (lambda s: s.data_matrices(max_abs=-1), ValueError, "max_abs"),
+        (lambda s: s.data_matrices(max_abs=float("nan")), ValueError, "max_abs"),
+        (lambda s: s.data_matrices(dtypes="float32"), TypeError, "dtypes"),
+        (lambda s: s.data_matrices(dtypes=("int8",)), ValueError, "dtypes"),
+        (lambda s: s.data_matrices(allow_ties="yes"), TypeError, "allow_ties"),
+        (lambda s: s.probabilities(n=2, d=3, min_p=1.5), ValueError, "min_p"),
+        (lambda s: s.probabilities(n=2, d=3, min_p=0.0), ValueError, "min_p"),
+        (lambda s: s.probabilities(n=0, d=3), ValueError, "n"),
+        (lambda s: s.encoders(n=2, d=-1), ValueError, "d"),
+        (lambda s: s.centre_specs(n=0), ValueError, "n"),
+        (lambda s: s.tensors(max_dims=3), ValueError, "max_dims"),
+        (lambda s: s.tensors(dtypes=("float8",)), ValueError, "dtypes"),
+        (lambda s: s.budget_problems(r=7), ValueError, "16, 32 or 64"),
+        (lambda s: s.budget_problems(protocol="naive"), ValueError, "protocol"),
+    ],
+)
+def test_bad_strategy_arguments_are_refused_when_built(build, error, match):
+    """In the strategy's own words, naming the argument, before any draw (issue 20)."""
+    import cvfl_theory.testing.strategies as strategies
+
+    with pytest.raises(error, match=match):
+        build(strategies)
+
+
+@settings(max_examples=60, deadline=None)
+@given(encoder_problems())
+def test_every_drawn_encoder_problem_is_accepted_by_the_package(problem):
+    encoder, X = problem
+    assert X.ndim == 2 and X.shape[0] >= 1 and X.shape[1] >= 1
+    encoded = encoder.encode(X, rng=0)  # never refused: the strategy draws what the package takes
+    assert encoded.n == X.shape[0]

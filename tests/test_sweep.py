@@ -25,10 +25,10 @@ from cvfl_sim.experiments.sweep import (
     Executor,
     _longest_first,
     _pool,
-    progress_bar,
     run_specs,
     start_workers,
 )
+from cvfl_sim.vfl.progress import progress_bar
 from cvfl_sim.vfl.results import RunResult
 
 

@@ -159,7 +159,7 @@ def run_fuzz(
 
 
 # ----------------------------------------------------------------------------- K3 protocols
-# header: magic(2) version(1) protocol(1) r-code(1) flags(1) scheme(1) reserved(1) d(4)
+# header: magic(2) version(1) protocol(1) r-code(1) flags(1) scheme(1) data-dtype(1) d(4)
 # original_d(4) count(4) rate(8, a double: forged with special values) rotation_seed(8)
 K3_FIELDS = [(0, 2), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1), (7, 1), (8, 4), (12, 4), (16, 4)]
 K3_FIELDS += [(20, -8), (20, 8), (28, 8)]
@@ -241,7 +241,9 @@ def seeded_message(d: int = 8) -> tuple[bytes, Protocol]:
         ({"rate": 2.0}, "sampling parameter"),
         ({"rate": 0.0}, "sampling parameter"),
         ({"rate": float("inf")}, "sampling parameter"),
-        ({"reserved": 1}, "reserved"),
+        ({"reserved": 9}, "data-dtype code"),  # the data-dtype byte: unknown code
+        ({"reserved": 2}, "data-dtype code"),  # the wire's own width, which is written as 0
+        ({"reserved": 1}, "not float16 numbers"),  # float16 data: these values are not
         ({"flags": 0x84}, "unknown flags"),
         ({"rseed": 9}, "rotation seed"),
         ({"scheme": 1}, "scheme"),

@@ -131,6 +131,8 @@ __all__ = [
     "smoothness_bound",
     "sigma2_exact",
     "linear_point",
+    "is_analytic",
+    "step_from_constants",
     "train_recorded",
     "analytic_constants",
 ]
@@ -377,6 +379,22 @@ def sigma2_exact(
 # ---------------------------------------------------------------------------------------------
 # recording a run's points
 # ---------------------------------------------------------------------------------------------
+def is_analytic(parties: Sequence[nn.Module], server: nn.Module) -> bool:
+    """Whether the models are the analytic model: the toolkit's linear parties and linear head.
+
+    Only the toolkit's own modules count (:class:`~cvfl_sim.vfl.models.MLPEmbedding` without a
+    hidden layer, :class:`~cvfl_sim.vfl.models.LinearHead`, or a bare ``nn.Linear``): a custom
+    module could apply a function in its ``forward`` that no submodule shows.
+    """
+
+    def linear(mod: nn.Module, kinds: tuple[type, ...]) -> bool:
+        if type(mod) is nn.Linear:
+            return True
+        return type(mod) in kinds and type(getattr(mod, "net", None)) is nn.Linear
+
+    return all(linear(p, (MLPEmbedding,)) for p in parties) and linear(server, (LinearHead,))
+
+
 def linear_point(parties: Sequence[nn.Module], server: nn.Module) -> LinearPoint:
     """The :class:`LinearPoint` of linear party modules and a linear head (float64 copies)."""
 
@@ -723,3 +741,41 @@ def analytic_constants(
         b_min=int(b_min),
         points=len(trajectory.points),
     )
+
+
+def step_from_constants(
+    dataset: VerticalDataset, config: CVFLConfig, *, tries: int = 6
+) -> tuple[float, int]:
+    r"""A step for the analytic model that its own proved constants allow: ``(eta, trainings)``.
+
+    Theorem 4.2 needs :math:`\eta \le 1/(16 Q \max(L, \max_m L_m))` (as recovered) with
+    constants that hold on the trajectory, and the trajectory depends on :math:`\eta`. Starting
+    from ``config.lr``, each training gives its proved constants (:func:`analytic_constants`)
+    and their limit; the next step is 0.9 times that limit, until a step is within the limit of
+    the constants of its own run.
+
+    Raises
+    ------
+    ValueError
+        ``config.lr`` is not a number, or the models are not the analytic model.
+    RuntimeError
+        No such step was found in ``tries`` trainings.
+    """
+    import dataclasses
+
+    from cvfl_theory.bounds import max_step_size
+
+    tries = check_int_in_range(tries, "tries", 1, 100)
+    if isinstance(config.lr, bool) or not isinstance(config.lr, (int, float)):
+        raise ValueError(
+            f"step_from_constants needs a constant lr to start from, got {config.lr!r}"
+        )
+    eta = float(config.lr)
+    for k in range(1, tries + 1):
+        _, traj = train_recorded(dataset, dataclasses.replace(config, lr=eta, progress=False))
+        c = analytic_constants(dataset, traj, int(config.batch_size))
+        limit = max_step_size(int(config.Q), c.L, c.L_m)
+        if eta <= limit:
+            return eta, k
+        eta = 0.9 * limit
+    raise RuntimeError(f"no step within its own constants' limit after {tries} trainings")

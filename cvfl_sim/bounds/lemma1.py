@@ -182,6 +182,9 @@ class Lemma1Probe:
     tight : bool
         Also evaluate the tight bound of C4.5 (ours, :mod:`cvfl_sim.bounds.tight_term`) at the probed
         local steps 0 (round starts), for the report's tight / left column.
+    progress : bool or None
+        A bar counting the probed steps (:func:`~cvfl_sim.vfl.progress.progress_bar`): ``None``
+        shows it on a terminal or in a notebook, ``True`` always, ``False`` never.
 
     Notes
     -----
@@ -204,7 +207,13 @@ class Lemma1Probe:
     True
     """
 
-    def __init__(self, every: int = 1, steps: str | Iterable[int] = "ends", tight: bool = True):
+    def __init__(
+        self,
+        every: int = 1,
+        steps: str | Iterable[int] = "ends",
+        tight: bool = True,
+        progress: bool | None = None,
+    ):
         if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
             raise ValueError(f"every must be an integer >= 1, got {every!r}")
         if isinstance(steps, str):
@@ -218,9 +227,16 @@ class Lemma1Probe:
             if not st or min(st) < 0:
                 raise ValueError(f"steps must be non-negative step indices, got {sorted(st)}")
             self.steps = st
+        if not isinstance(tight, (bool, np.bool_)):
+            raise TypeError(f"tight must be True or False, got {tight!r}")
+        if progress is not None and not isinstance(progress, bool):
+            raise TypeError(f"progress must be True, False or None, got {progress!r}")
         self.every = int(every)
         self.tight = bool(tight)
+        self.progress = progress
         self._rows: list[dict[str, Any]] = []
+        self._bar: Any = None
+        self._last: tuple[int, int] = (-1, -1)
         self.seconds = 0.0
 
     def wants(self, round_index: int, step: int, Q: int) -> bool:
@@ -253,10 +269,21 @@ class Lemma1Probe:
         compressors: Sequence[Any],
         server_compressor: Any,
         error_feedback: bool = False,
+        eta: float | None = None,
     ) -> None:
         """Measure one point if :meth:`wants` it (``train`` calls this before each local step)."""
+        if (round_index, step) <= self._last:
+            raise ValueError(
+                f"this Lemma1Probe already measured round {self._last[0]}, step {self._last[1]} "
+                "of a run: a probe reports one run, so pass a new one to each train()"
+            )
+        self._last = (int(round_index), int(step))
         if not self.wants(round_index, step, Q):
             return
+        if self._bar is None:
+            from ..vfl.progress import progress_bar
+
+            self._bar = progress_bar(None, self.progress, "Lemma-1 probe", "probe")
         tick = time.perf_counter()
         # float64 copies: the left side is a difference of two close gradients
         P64 = [copy.deepcopy(p).to(_F64) for p in parties]
@@ -326,6 +353,7 @@ class Lemma1Probe:
             }
         )
         self.seconds += time.perf_counter() - tick
+        self._bar.update(1)
 
     def _tight(
         self,
@@ -363,7 +391,9 @@ class Lemma1Probe:
         return np.asarray(res.bound, dtype=np.float64)
 
     def report(self) -> Lemma1Report:
-        """All probes so far as a :class:`Lemma1Report`."""
+        """All probes so far as a :class:`Lemma1Report` (closes the progress bar)."""
+        if self._bar is not None:
+            self._bar.close()
         if not self._rows:
             raise ValueError(
                 "the probe measured nothing: pass it to train(..., probe=probe) and check that "

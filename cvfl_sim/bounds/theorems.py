@@ -58,6 +58,7 @@ from ._autodiff import (
     server_loss,
     sq,
 )
+from .hypotheses import Applicability, theorem_hypotheses
 from .lemma1 import Lemma1Report
 
 __all__ = ["READINGS", "Constants", "BoundCheck", "estimate_constants", "bound_vs_observed"]
@@ -159,6 +160,10 @@ class Constants:
         Number of parameter points visited.
     batches : int
         Mini-batches per point.
+    proved : bool
+        ``True`` when the constants are proved bounds over the run (the analytic model's, from
+        :func:`~cvfl_sim.bounds.analytic_constants.analytic_constants`), ``False`` for the
+        estimates of :func:`estimate_constants`.
     """
 
     L: float
@@ -172,6 +177,30 @@ class Constants:
     B: int
     points: int
     batches: int
+    proved: bool = False
+
+    @classmethod
+    def from_analytic(cls, analytic: Any) -> Constants:
+        """The proved constants of the analytic model, an ``AnalyticConstants``.
+
+        From :func:`~cvfl_sim.bounds.analytic_constants.analytic_constants`; the Frobenius and
+        theta-Hessian diagnostics are not computed for it (NaN).
+        """
+        nan = tuple(math.nan for _ in analytic.G)
+        return cls(
+            L=analytic.L,
+            L_m=tuple(analytic.L_m),
+            sigma2=tuple(analytic.sigma2),
+            H=tuple(analytic.H),
+            G=tuple(analytic.G),
+            H_frob=nan,
+            G_frob=nan,
+            H_theta=nan,
+            B=analytic.B,
+            points=analytic.points,
+            batches=0,
+            proved=True,
+        )
 
     def with_lemma1(self, report: Lemma1Report) -> Constants:
         """These constants with :math:`H_m, G_m` raised to the maxima a Lemma-1 probe saw."""
@@ -423,51 +452,78 @@ def _theta_hessian_fro(
 # bound vs observed
 # ---------------------------------------------------------------------------------------------
 class BoundCheck(Table):
-    r"""A :class:`~cvfl_theory.table.Table` of the C4.2 check, with the numbers as attributes.
+    r"""A :class:`~cvfl_theory.table.Table` of a C4.2/C4.4 check, with the numbers as attributes.
 
-    Renders as text, as HTML in Jupyter, as JSON (:meth:`to_dict`) and as a figure
-    (:meth:`plot`).
+    A bound is read only where its hypotheses hold: :attr:`hypotheses` evaluates them on the run
+    (:func:`~cvfl_sim.bounds.hypotheses.theorem_hypotheses`); where the theorem does not apply,
+    the verdict says so with the numbers, and no rendering calls the bound holding. Renders as
+    text, as HTML in Jupyter, as JSON (:meth:`to_dict`) and as a figure (:meth:`plot`).
 
     Attributes
     ----------
     terms : BoundTerms
         The evaluated theorem with the recovered term 3 (:math:`H_m^2 G_m^2 \sum_{j\ne m}E_j`).
     forms : dict of str to BoundTerms
-        Every form evaluated: ``"recovered"``, and with a Lemma-1 report
-        ``"measured Lemma 1"`` (term 3 from the measured left side) and ``"tight (C4.5, ours)"``.
+        The bounds: ``"recovered"`` and, with a Lemma-1 report, ``"tight (C4.5, ours)"``.
+    estimates : dict of str to BoundTerms
+        Plug-in estimates, not bounds: ``"plug-in (measured Lemma 1)"`` puts the probe's realised
+        left sides (one dither draw per probed step; unprobed rounds at their mean) where the
+        theorem needs an expectation.
+    hypotheses : Applicability
+        The theorem's hypotheses on the run (``applies``, ``why``).
     observed : float
-        Average (C4.2) or minimum (C4.4) of the recorded :math:`\|\nabla F(\Theta^{t_0})\|^2`.
+        Average (C4.2) or minimum (C4.4) of the recorded :math:`\|\nabla F\|^2`.
     ratio : float
-        ``terms.total / observed`` (``>= 1`` expected if the recovered bound holds).
+        ``terms.total / observed``.
     ratios : dict of str to float
-        ``total / observed`` of every form.
+        ``total / observed`` of every form and estimate.
+    verdict : str
+        In words: ``"holds"``, ``"below observed"`` or ``"does not apply: ..."``.
     """
 
     terms: BoundTerms
     forms: dict[str, BoundTerms]
+    estimates: dict[str, BoundTerms]
+    hypotheses: Applicability
     observed: float
     ratio: float
     ratios: dict[str, float]
     theorem: str
     reading: str
+    verdict: str
+
+    @property
+    def applies(self) -> bool:
+        """Whether every hypothesis of the theorem holds on the run."""
+        return self.hypotheses.applies
+
+    @property
+    def why(self) -> str:
+        """The failing hypotheses with their numbers (empty when the theorem applies)."""
+        return self.hypotheses.why
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able numbers: every form's terms, the observed value and the ratios."""
+        """JSON-able: ``applies``, ``why``, the hypotheses, every form's terms, the verdict."""
+
+        def terms(t: BoundTerms, name: str) -> dict[str, Any]:
+            return {
+                "optimization": t.optimization,
+                "variance": t.variance,
+                "compression": t.compression,
+                "total": t.total,
+                "ratio": self.ratios[name],
+            }
+
         return {
             "theorem": self.theorem,
             "reading": self.reading,
+            "applies": self.applies,
+            "why": self.why,
+            "hypotheses": self.hypotheses.to_dict()["hypotheses"],
             "observed": self.observed,
-            "forms": {
-                name: {
-                    "optimization": t.optimization,
-                    "variance": t.variance,
-                    "compression": t.compression,
-                    "total": t.total,
-                    "ratio": self.ratios[name],
-                    "step_ok": t.step_ok,
-                }
-                for name, t in self.forms.items()
-            },
+            "forms": {name: terms(t, name) for name, t in self.forms.items()},
+            "estimates": {name: terms(t, name) for name, t in self.estimates.items()},
+            "verdict": self.verdict,
         }
 
     def plot(self, ax: Any = None) -> Any:
@@ -592,15 +648,19 @@ def bound_vs_observed(
         Which :math:`H_m, G_m` term 3 uses (:data:`READINGS`): ``"chain"`` is Lemma 1 (operator
         norms); the other two exist only to show what the old reading cost.
     lemma1 : Lemma1Report, optional
-        The same run's Lemma-1 probe: adds the forms with the measured left side and the tight
-        bound, and (``reading="chain"``) raises :math:`H_m, G_m` to the probe's maxima.
+        The same run's Lemma-1 probe: adds the tight bound (a form) and the plug-in estimate
+        with the measured left side (an estimate, not a bound), and (``reading="chain"``) raises
+        :math:`H_m, G_m` to the probe's maxima.
     c_opt, c_var, c_comp : float
         Constants of C4.2 (defaults as recovered: 4, 6, 92).
 
     Returns
     -------
     BoundCheck
-        A table (quantity, value, note) with ``terms``, ``forms``, ``observed`` and ``ratio``.
+        A table (quantity, value, note) with the hypotheses first, then ``terms``, ``forms``,
+        ``estimates``, ``observed``, ``ratio`` and the verdict in words. Where a hypothesis fails
+        (the step condition with the run's own constants, say) the verdict is "does not apply"
+        with the numbers, whatever the ratio.
 
     Raises
     ------
@@ -610,6 +670,8 @@ def bound_vs_observed(
     """
     if not isinstance(run, RunResult):
         raise TypeError(f"run must be a RunResult, got {type(run).__name__}")
+    if not isinstance(constants, Constants):
+        raise TypeError(f"constants must be Constants, got {type(constants).__name__}")
     if split not in ("party", "equal", "max"):
         raise ValueError(f"split must be 'party', 'equal' or 'max', got {split!r}")
     if reading not in READINGS:
@@ -648,6 +710,16 @@ def bound_vs_observed(
     consts = (
         constants.with_lemma1(lemma1) if lemma1 is not None and reading == "chain" else constants
     )
+    theorem = "4.2" if fixed_step else "4.4"
+    hypotheses = theorem_hypotheses(
+        theorem,
+        run,
+        etas=lrs.tolist(),
+        Q=Q,
+        L=constants.L,
+        L_m=constants.L_m,
+        proved=constants.proved,
+    )
     h_name, g_name = READINGS[reading]
     common: _SharedArgs = {
         "Q": Q,
@@ -663,26 +735,32 @@ def bound_vs_observed(
         "recovered": {"H": getattr(consts, h_name), "G": getattr(consts, g_name), "E": E}
     }
     notes = {"recovered": f"H^2 G^2 sum E ({reading})"}
+    plug: dict[str, _Term3Args] = {}
     if lemma1 is not None:
-        term3["measured Lemma 1"] = {"lemma1": lemma1.per_round(R)}
         probed = len(np.unique(lemma1.rounds[lemma1.rounds < R]))
-        notes["measured Lemma 1"] = f"measured left side ({probed} of {R} rounds probed)"
         tight = _tight_per_round(lemma1, R)
         if tight is not None:
             term3["tight (C4.5, ours)"] = {"lemma1": tight}
             notes["tight (C4.5, ours)"] = "tight bound at the probed round starts"
+        plug["plug-in (measured Lemma 1)"] = {"lemma1": lemma1.per_round(R)}
+        notes["plug-in (measured Lemma 1)"] = (
+            f"realised left sides, one dither draw per probed step ({probed} of {R} rounds "
+            "probed, the others at their mean): an estimate of the expectation, not a bound"
+        )
     obs_rows = [row for row in hist if int(row["round"]) < R]
     norms = [float(row["grad_norm_sq"]) for row in obs_rows]
     sub = "all rounds" if len(obs_rows) == R else f"subsample: {len(obs_rows)} of {R} rounds"
-    forms: dict[str, BoundTerms] = {}
+
+    def evaluate(kw: _Term3Args) -> BoundTerms:
+        if fixed_step:
+            return theorem_4_2(F_gap=max(0.0, f0 - fT), eta=eta, T=R * Q, **common, **kw)
+        return theorem_4_4(F_gap=max(0.0, f0), etas=lrs, **common, **kw)
+
+    forms = {name: evaluate(kw) for name, kw in term3.items()}
+    estimates = {name: evaluate(kw) for name, kw in plug.items()}
     if fixed_step:
-        theorem = "4.2"
-        F_gap = max(0.0, f0 - fT)
-        for name, kw in term3.items():
-            forms[name] = theorem_4_2(F_gap=F_gap, eta=eta, T=R * Q, **common, **kw)
         observed = float(np.mean(norms))
-        step_row = ["eta", eta, "step-size condition (1/(16 Q max(L, L_m))): "]
-        gap_row = ["F(0) - F(T)", F_gap, f"train losses {f0:.6g} -> {fT:.6g}"]
+        gap_row = ["F(0) - F(T)", max(0.0, f0 - fT), f"train losses {f0:.6g} -> {fT:.6g}"]
         term_notes = (
             f"{c_opt} [F(0)-F(T)]/(eta T)",
             f"{c_var} eta Q L sum sigma_m^2 / B",
@@ -690,17 +768,8 @@ def bound_vs_observed(
         )
         obs_row = ["observed avg ||grad F||^2", observed, sub]
     else:
-        theorem = "4.4"
-        F_gap = max(0.0, f0)
-        for name, kw in term3.items():
-            forms[name] = theorem_4_4(F_gap=F_gap, etas=lrs, **common, **kw)
         observed = float(np.min(norms))
-        step_row = [
-            "eta (first, last)",
-            f"{lrs[0]:.4g}, {lrs[-1]:.4g}",
-            "varying step; condition at every round: ",
-        ]
-        gap_row = ["F(0) - F*", F_gap, f"F(0) = {f0:.6g}, F* >= 0 (non-negative loss)"]
+        gap_row = ["F(0) - F*", max(0.0, f0), f"F(0) = {f0:.6g}, F* >= 0 (non-negative loss)"]
         term_notes = (
             f"{c_opt} [F(0)-F*] / sum_t eta",
             f"{c_var} Q L sum sigma_m^2/B sum_t eta^2 / sum_t eta",
@@ -708,41 +777,66 @@ def bound_vs_observed(
         )
         obs_row = ["observed min ||grad F||^2", observed, sub]
     terms = forms["recovered"]
-    step_row[2] = f"{step_row[2]}{terms.step_ok}"
-    ratios = {k: (t.total / observed if observed > 0 else math.inf) for k, t in forms.items()}
+    ratios = {
+        k: (t.total / observed if observed > 0 else math.inf)
+        for k, t in {**forms, **estimates}.items()
+    }
     ratio = ratios["recovered"]
-    if ratio >= 1:
-        verdict = "bound holds on this run (with the empirical constants)"
+    if not hypotheses.applies:
+        verdict = f"does not apply: {hypotheses.why}"
+        verdict_word = "does not apply"
+    elif ratio >= 1:
+        verdict_word = "holds"
+        verdict = "the recovered bound holds on this run" + (
+            "" if hypotheses.certified else " (with estimated constants)"
+        )
     else:
-        verdict = "BOUND BELOW OBSERVED: the recovered constants/form fail on this run"
+        verdict_word = "below observed"
+        verdict = "BOUND BELOW OBSERVED: the recovered constants or form fail on this run"
     rows: list[list[Any]] = [
-        step_row,
+        [f"hypothesis: {h.name}", h.status, h.detail] for h in hypotheses.hypotheses
+    ]
+    rows += [
+        [
+            f"Theorem {theorem}",
+            "applies" if hypotheses.applies else "does not apply",
+            hypotheses.why
+            or ("proved constants" if hypotheses.certified else "estimated constants"),
+        ],
+        [
+            "eta" if fixed_step else "eta (first, last)",
+            eta if fixed_step else f"{lrs[0]:.4g}, {lrs[-1]:.4g}",
+            "fixed" if fixed_step else "varying",
+        ],
         ["Q, B, R, T", f"{Q}, {B}, {R}, {R * Q}", "T = R Q"],
         gap_row,
-        ["L, max L_m", f"{constants.L:.4g}, {max(constants.L_m):.4g}", "empirical"],
+        [
+            "L, max L_m",
+            f"{constants.L:.4g}, {max(constants.L_m):.4g}",
+            "proved" if constants.proved else "estimated",
+        ],
         ["mean_t0 sum_m E_m", float(E.sum(axis=1).mean()), f"realised errors, split={split}"],
         ["term 1 optimization", terms.optimization, term_notes[0]],
         ["term 2 variance", terms.variance, term_notes[1]],
     ]
-    for name, t in forms.items():
+    for name, t in {**forms, **estimates}.items():
         share = t.compression / t.total if t.total > 0 else 0.0
+        kind = "bound" if name in forms else "estimate"
         rows += [
             [f"term 3 [{name}]", t.compression, f"{term_notes[2]} {notes[name]}"],
-            [f"bound [{name}]", t.total, f"term 3 share {share:.3g}"],
-            [f"ratio bound/observed [{name}]", ratios[name], ""],
+            [f"{kind} [{name}]", t.total, f"term 3 share {share:.3g}"],
+            [f"ratio {kind}/observed [{name}]", ratios[name], ""],
         ]
-    rows += [obs_row, ["verdict (recovered form)", ratio, verdict]]
+    rows += [obs_row, ["verdict (recovered form)", verdict_word, verdict]]
     out = BoundCheck(
         ["quantity", "value", "note"],
         rows,
         title=f"Theorem {theorem} (C{theorem}, constants as recovered) vs the run "
-        f"(C9 measured constants, {reading} reading of Lemma 1)",
+        f"({'proved' if constants.proved else 'estimated'} constants, {reading} reading of "
+        "Lemma 1)",
     )
-    out.terms = terms
-    out.forms = forms
-    out.observed = observed
-    out.ratio = ratio
-    out.ratios = ratios
-    out.theorem = theorem
-    out.reading = reading
+    out.terms, out.forms, out.estimates = terms, forms, estimates
+    out.hypotheses = hypotheses
+    out.observed, out.ratio, out.ratios = observed, ratio, ratios
+    out.theorem, out.reading, out.verdict = theorem, reading, verdict
     return out

@@ -43,7 +43,7 @@ def check_output_file(path: str, option: str) -> str:
         raise ValueError(f"{option} {path!r}: folder {folder!r} does not exist")
     if not os.path.isdir(folder):
         raise ValueError(f"{option} {path!r}: {folder!r} is not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if not os.access(folder, os.W_OK | os.X_OK) or not _can_create_in(folder):
         raise ValueError(f"{option} {path!r}: folder {folder!r} is not writable")
     return path
 
@@ -63,6 +63,25 @@ def check_output_dir(path: str, option: str) -> str:
         if base == os.path.abspath(path):
             raise ValueError(f"{option} {path!r} is a file, not a folder")
         raise ValueError(f"{option} {path!r}: {base!r} is a file, not a folder")
-    if not os.access(base, os.W_OK | os.X_OK):
+    if not os.access(base, os.W_OK | os.X_OK) or not _can_create_in(base):
         raise ValueError(f"{option} {path!r}: folder {base!r} is not writable")
     return path
+
+
+def _can_create_in(folder: str) -> bool:
+    """Whether a file can really be created in ``folder``: a temporary file is made and removed.
+
+    ``os.access`` says yes to root even where the file system refuses, as in ``/proc``.
+    """
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".cvfl-check-")
+    except OSError:
+        return False
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+    return True

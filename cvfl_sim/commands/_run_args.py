@@ -16,12 +16,18 @@ _KINDS = ("none", "scalar", "lattice", "topk")
 
 
 def add_run_arguments(
-    p: argparse.ArgumentParser, *, Q: int, lr: float, embedding_size: int, compressor: str
+    p: argparse.ArgumentParser,
+    *,
+    Q: int,
+    lr: float,
+    embedding_size: int,
+    compressor: str,
+    bits: int = 32,
 ) -> None:
     """Add the options of one run (``--Q``, ``--epochs`` ... ``--progress``, ``--threads``).
 
-    ``compressor`` is the subcommand's default compressor; with a default other than ``none``
-    and no ``--bits`` the run is uncompressed (``b = 32``), as help says.
+    ``compressor`` and ``bits`` are the subcommand's default compressor and its bits per
+    component (``32`` = uncompressed), used when neither ``--compressor`` nor ``--bits`` is given.
     """
     p.add_argument("--Q", type=int, default=Q, help="local steps per round")
     p.add_argument("--epochs", type=int, default=5, help="passes over the training set")
@@ -38,7 +44,7 @@ def add_run_arguments(
         "--bits",
         type=int,
         default=None,
-        help="bits per component, needs a compressor; 32 = uncompressed (default: 32)",
+        help=f"bits per component, needs a compressor; 32 = uncompressed (default: {bits})",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the run")
     p.add_argument(
@@ -52,7 +58,7 @@ def add_run_arguments(
         default=1,
         help="torch intra-op threads (one is the fastest for these small models)",
     )
-    p.set_defaults(default_compressor=compressor)
+    p.set_defaults(default_compressor=compressor, default_bits=bits)
 
 
 def compressor_from_args(args: argparse.Namespace) -> Any:
@@ -69,7 +75,10 @@ def compressor_from_args(args: argparse.Namespace) -> Any:
         raise ValueError(
             f"--compressor {args.compressor} needs --bits B (bits per component; 32 = uncompressed)"
         )
-    bits = 32 if args.bits is None else args.bits
+    if args.bits is not None:
+        bits = args.bits
+    else:
+        bits = args.default_bits if args.compressor is None else 32
     if not 1 <= bits <= 32:
         raise ValueError(f"--bits must be in [1, 32], got {bits}")
     return make_compressor(kind, bits)

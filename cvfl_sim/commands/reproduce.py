@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.target_fraction <= 1:
         raise ValueError(f"--target-fraction must be in (0, 1], got {args.target_fraction}")
     check_output_dir(args.out, "--out")
-    from ..experiments.sweep import Executor, progress_bar, start_workers
+    from ..experiments.sweep import Executor, start_workers
+    from ..vfl.progress import progress_bar
     from ..vfl.threads import check_threads, torch_threads
 
     check_threads(args.jobs, "--jobs")

@@ -137,6 +137,11 @@ class RunSpec:
         comp = "none" if self.bits == 32 else self.compressor
         return f"{self.dataset}_{comp}-b{self.bits}_Q{self.Q}_e{self.epochs}_s{self.seed}_{h}"
 
+    def holds(self, result: RunResult) -> bool:
+        """Whether ``result`` is this spec's run: its configuration and data set, as saved."""
+        want = json.loads(json.dumps(self.config().to_dict(), default=str))
+        return bool(result.config == want and result.dataset.get("name") == self.dataset)
+
     def cost(self) -> float:
         """Relative compute time (epochs × :data:`WORK_PER_EPOCH`): longest runs go first."""
         return float(self.epochs * WORK_PER_EPOCH.get(self.dataset, 1))
@@ -213,7 +218,8 @@ def run_sweep(
         known=known,
         progress=progress,
         bar=bar,
-        warm="cvfl_sim.vfl.train",  # torch and the model (run_spec's own module imports neither)
+        warm="cvfl_sim.vfl.train",
+        belongs=RunSpec.holds,  # torch and the model (run_spec's own module imports neither)
     )
 
 

@@ -44,16 +44,23 @@ either the sweep's own or a caller's bar shared by several sweeps (``cvfl reprod
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from ..vfl.progress import progress_bar
 from ..vfl.results import RunResult
 from ..vfl.threads import DEFAULT_THREADS, check_threads, torch_threads
 
-__all__ = ["Executor", "BACKENDS", "run_specs", "progress_bar", "start_workers"]
+__all__ = [
+    "Executor",
+    "BACKENDS",
+    "run_specs",
+    "start_workers",
+    "check_scheduler",
+    "SCHEDULER_SECONDS",
+]
 
 BACKENDS = ("loky", "dask")
 """Executors of :class:`Executor`: local worker processes (joblib) or a Dask cluster."""
@@ -126,25 +133,67 @@ class Executor:
         check_threads(self.threads, "threads")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        cores = os.cpu_count() or 1
+        if self.backend == "loky" and self.jobs > cores:
+            raise ValueError(
+                f"jobs must be at most this machine's {cores} cores (a worker per core; more "
+                f"only compete for them), got {self.jobs}"
+            )
         if self.backend == "dask":
             if not self.scheduler:
                 raise ValueError(
                     "backend 'dask' needs a scheduler address (e.g. --scheduler tcp://host:8786)"
                 )
             _require_dask()  # refused before any work, with the extra to install
+            check_scheduler(self.scheduler)
         elif self.scheduler is not None:
             raise ValueError(f"scheduler {self.scheduler!r} needs backend 'dask'")
 
 
-def progress_bar(total: int = 0, progress: bool | None = None, desc: str | None = None) -> Any:
-    """A tqdm bar on stderr counting runs, with the ETA of the average rate so far.
+SCHEDULER_SECONDS = 5.0
+"""How long a Dask scheduler has to answer before the sweep is refused."""
 
-    ``progress``: ``None`` shows it when stderr is a terminal, ``True`` always, ``False`` never.
+
+def check_scheduler(address: str, seconds: float = SCHEDULER_SECONDS) -> None:
+    """Refuse a scheduler address that is malformed or does not answer as a Dask scheduler.
+
+    ``tcp://HOST:PORT`` (``PORT`` in ``1..65535``); a Dask client must connect within
+    ``seconds`` (a port that is open but not a scheduler does not answer its handshake).
+
+    Raises
+    ------
+    ValueError
+        Naming the address and what is wrong.
     """
-    from tqdm import tqdm
+    from urllib.parse import urlsplit
 
-    disable = {True: False, False: True, None: None}[progress]
-    return tqdm(total=total, desc=desc, unit="run", file=sys.stderr, disable=disable, smoothing=0.0)
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme not in ("tcp", "tls") or not parts.hostname or port is None or not 0 < port:
+        raise ValueError(f"scheduler {address!r} must be tcp://HOST:PORT with PORT in 1..65535")
+    distributed = _require_dask()
+    outcome: list[BaseException | None] = []
+
+    def connect() -> None:
+        try:
+            with distributed.Client(address, timeout=seconds, set_as_default=False):
+                outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            outcome.append(exc)
+
+    import threading
+
+    t = threading.Thread(target=connect, name="cvfl-scheduler-check", daemon=True)
+    t.start()
+    t.join(seconds + 1.0)  # a port that accepts but never answers leaves the client waiting
+    if not outcome or outcome[0] is not None:
+        why = "no answer" if not outcome else f"{type(outcome[0]).__name__}: {outcome[0]}"
+        raise ValueError(
+            f"scheduler {address!r} did not answer as a Dask scheduler within {seconds:g} s ({why})"
+        )
 
 
 def _compute(
@@ -360,6 +409,7 @@ def run_specs(
     progress: bool | None = None,
     bar: Any = None,
     warm: str | None = None,
+    belongs: Callable[[S, RunResult], bool] | None = None,
 ) -> dict[S, RunResult]:
     """Run (or load) every spec; one atomically written ``<folder>/<key>.json`` per finished run.
 
@@ -394,6 +444,9 @@ def run_specs(
     warm : str, optional
         The module local workers import while this process starts its first run (default: the
         module of ``compute``): the one that imports the runs' heavy libraries.
+    belongs : callable, optional
+        ``belongs(spec, result)``: whether a loaded run file holds the run of ``spec`` (a file
+        overwritten by another run, or edited, is recomputed with a ``RuntimeWarning``).
 
     Returns
     -------
@@ -409,6 +462,14 @@ def run_specs(
         res = known.get(spec) if known is not None else None
         if res is None:
             res = _load(path[spec], force)
+            if res is not None and belongs is not None and not belongs(spec, res):
+                warnings.warn(
+                    f"{path[spec]!r} holds another run than its name says (overwritten or "
+                    "edited); recomputing this run",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                res = None
         if res is None:
             todo.append(spec)
         else:

@@ -23,6 +23,8 @@ __all__ = [
     "mean_std",
     "format_cell",
     "write_table",
+    "write_csv",
+    "write_markdown",
     "table_and_curves",
 ]
 
@@ -110,18 +112,28 @@ def format_cell(v: Any, digits: int = 4) -> str:
 def write_table(
     rows: list[dict[str, Any]], folder: str, stem: str, columns: Sequence[str] | None = None
 ) -> None:
-    """Write ``<stem>.csv`` and ``<stem>.md`` (atomic)."""
+    """Write ``<stem>.csv`` and ``<stem>.md`` with the same columns (atomic)."""
     if not rows:
         return
     cols = list(columns or rows[0].keys())
+    write_csv(rows, os.path.join(folder, stem + ".csv"), cols)
+    write_markdown(rows, os.path.join(folder, stem + ".md"), cols)
+
+
+def write_csv(rows: Sequence[dict[str, Any]], path: str, columns: Sequence[str]) -> None:
+    """Write the ``columns`` of ``rows`` as CSV with a header row (atomic, values unrounded)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")  # quotes fields holding commas, e.g. "[0, 2)"
-    writer.writerow(cols)
-    writer.writerows([[r.get(c, "") for c in cols] for r in rows])
-    atomic_write_text(os.path.join(folder, stem + ".csv"), buf.getvalue())
-    md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    md += ["| " + " | ".join(format_cell(r.get(c, "")) for c in cols) + " |" for r in rows]
-    atomic_write_text(os.path.join(folder, stem + ".md"), "\n".join(md) + "\n")
+    writer.writerow(columns)
+    writer.writerows([[r.get(c, "") for c in columns] for r in rows])
+    atomic_write_text(path, buf.getvalue())
+
+
+def write_markdown(rows: Sequence[dict[str, Any]], path: str, columns: Sequence[str]) -> None:
+    """Write the ``columns`` of ``rows`` as a markdown pipe table (atomic, :func:`format_cell`)."""
+    md = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    md += ["| " + " | ".join(format_cell(r.get(c, "")) for c in columns) + " |" for r in rows]
+    atomic_write_text(path, "\n".join(md) + "\n")
 
 
 def table_and_curves(

@@ -140,6 +140,25 @@ def write_checkpoint(
     atomic_write_bytes(path, body + _CRC.pack(zlib.crc32(body)))
 
 
+def _data_bytes(arrays: Mapping[str, tuple[str, tuple[int, ...]]]) -> int:
+    """The data bytes of the arrays a reader expects (refusing a dtype the format does not hold)."""
+    total = 0
+    for name, (dtype, shape) in arrays.items():
+        if dtype not in DTYPES:
+            raise ValueError(f"array {name!r}: dtype {dtype!r} is not one of {sorted(DTYPES)}")
+        total += math.prod(int(v) for v in shape) * np.dtype(dtype).itemsize
+    return total
+
+
+def _other_identity(header: bytes, identity: str) -> bool:
+    """Whether an (unchecked) header parses and names another identity than ``identity``."""
+    try:
+        parsed = json.loads(header.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(parsed, dict) and parsed.get("identity") not in (None, identity)
+
+
 def _what_it_is(head: bytes) -> str:
     """A short description of a file that does not start with :data:`MAGIC`."""
     if head[:1] == b"\x80":
@@ -192,7 +211,7 @@ def read_checkpoint(
     >>> state, arr = read_checkpoint(path, identity="run-1", arrays={"w": ("float64", (2, 2))})
     >>> state["epoch"], arr["w"].tolist()
     (2, [[1.0, 0.0], [0.0, 1.0]])
-    >>> read_checkpoint(path, identity="run-2", arrays={})  # doctest: +ELLIPSIS
+    >>> read_checkpoint(path, identity="run-2", arrays={"w": ("float64", (2, 2))})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     ValueError: checkpoint '...' belongs to another data set or configuration; ...
@@ -223,7 +242,18 @@ def read_checkpoint(
                 f"header length {header_len} exceeds the {max(room, 0)} bytes the file has left "
                 "(truncated?)"
             )
-        rest = fh.read(size - _PREFIX.size)  # bounded by the file's own length
+        expected = _PREFIX.size + header_len + _data_bytes(arrays) + _CRC.size
+        if size != expected:
+            if _other_identity(fh.read(header_len), identity):  # the likelier story, if true
+                raise ValueError(
+                    f"checkpoint {p!r} belongs to another data set or configuration; remove it "
+                    "or pass another path"
+                )
+            raise bad(
+                f"the file has {size} bytes, and a checkpoint of this run with a {header_len}-byte "
+                f"header has exactly {expected} (truncated, extended, or another run's)"
+            )
+        rest = fh.read(size - _PREFIX.size)  # the expected length, checked above
     if len(rest) != size - _PREFIX.size:
         raise bad("the file changed while it was read")
     body, (crc,) = head + rest[: -_CRC.size], _CRC.unpack(rest[-_CRC.size :])

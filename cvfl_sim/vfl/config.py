@@ -227,6 +227,40 @@ def _server_compressor_schedule(spec: Any, party_spec: Any) -> Callable[[int], A
     raise TypeError(f"server_compressor must be a compressor or a schedule, got {type(spec)}")
 
 
+_SCALE_ROWS = 256
+"""Rows (the largest in magnitude) on which the initial models must give finite logits."""
+
+
+def _check_scale(
+    dataset: VerticalDataset, parties: list[nn.Module], server: nn.Module, dtype: Any, name: str
+) -> None:
+    """Refuse data the run cannot represent, before training (not as a divergence later).
+
+    Every feature must be finite in the run's precision, and the initial models' logits finite
+    on the :data:`_SCALE_ROWS` training rows of largest magnitude.
+    """
+    limit = float(torch.finfo(dtype).max)
+    top = np.zeros(dataset.n_train)
+    for m, part in enumerate(dataset.train_parts):
+        a = np.abs(np.asarray(part, dtype=np.float64)).reshape(dataset.n_train, -1).max(axis=1)
+        big = float(a.max()) if a.size else 0.0
+        if big > limit:
+            raise ValueError(
+                f"party {m}'s features reach {big:.3g}, beyond {name}'s largest value "
+                f"{limit:.3g}: rescale the data or use dtype='float64'"
+            )
+        top = np.maximum(top, a)
+    rows = np.argsort(-top, kind="stable")[:_SCALE_ROWS]
+    with torch.no_grad():
+        X = [torch.as_tensor(np.asarray(p)[rows], dtype=dtype) for p in dataset.train_parts]
+        out = server(torch.cat([p(x) for p, x in zip(parties, X)], dim=1))
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError(
+            f"the initial models' logits are not finite on the training data (features up to "
+            f"{float(top.max()):.3g} in magnitude): rescale the features (e.g. standardise them)"
+        )
+
+
 def setup_run(dataset: VerticalDataset, config: CVFLConfig) -> RunSetup:
     """Validate everything and build models — before any training (bad input → clear errors)."""
     if not isinstance(dataset, VerticalDataset):
@@ -314,6 +348,7 @@ def setup_run(dataset: VerticalDataset, config: CVFLConfig) -> RunSetup:
         )
     if count_parameters(server) == 0:
         raise ValueError("server_model must have parameters (theta_0)")
+    _check_scale(dataset, parties, server, dtype, config.dtype)
     rpe = math.ceil(dataset.n_train / config.batch_size)
     return RunSetup(
         parties,

@@ -25,7 +25,6 @@ References
 
 from __future__ import annotations
 
-import csv
 import functools
 import gzip
 import importlib.util
@@ -38,6 +37,8 @@ from typing import Any
 import numpy as np
 
 from cvfl_theory._rng import RNGLike, as_generator
+
+from .files import check_file, read_csv_rows, read_npz
 
 __all__ = [
     "VerticalDataset",
@@ -601,12 +602,7 @@ def load_dataset(name: str, **kwargs: Any) -> VerticalDataset:
 
 # ---------------------------------------------------------------------- local files
 def _check_path(path: str | os.PathLike[str]) -> str:
-    p = os.fspath(path)
-    if not os.path.isfile(p):
-        raise FileNotFoundError(
-            f"path {p!r} is not a file (nothing is downloaded; give a local file)"
-        )
-    return p
+    return check_file(path)
 
 
 def load_npz(
@@ -639,11 +635,8 @@ def load_npz(
         Passed to :meth:`VerticalDataset.from_arrays`.
     """
     p = _check_path(path)
-    with np.load(p, allow_pickle=False) as f:
-        missing = [k for k in (x_key, y_key) if k not in f.files]
-        if missing:
-            raise ValueError(f"{p!r} has no array(s) {missing}; it holds {f.files}")
-        X, y = np.asarray(f[x_key]), np.asarray(f[y_key])
+    arrays = read_npz(p, [x_key, y_key])  # sizes checked before anything is allocated
+    X, y = arrays[x_key], arrays[y_key]
     if X.ndim < 2:
         raise ValueError(f"{x_key} must have a sample axis and at least one feature axis")
     ax = split_axis % X.ndim
@@ -670,8 +663,7 @@ def load_csv(
 ) -> VerticalDataset:
     """Read a local numeric CSV (header row optional), split the feature columns over parties."""
     p = _check_path(path)
-    with open(p, newline="") as fh:
-        rows = list(csv.reader(fh))
+    rows = read_csv_rows(p)  # text, bounded size and fields
     if not rows:
         raise ValueError(f"{p!r} is empty")
     header: list[str] | None = None
@@ -711,8 +703,8 @@ def load_original(name: str, path: str | os.PathLike[str], **kwargs: Any) -> Ver
     if name == "modelnet10":
         return load_npz(p, split_axis=1, name="modelnet10", **kwargs)
     if name == "cifar10":
-        with np.load(p, allow_pickle=False) as f:
-            X, y = np.asarray(f["X"]), np.asarray(f["y"])
+        arrays = read_npz(p, ["X", "y"])
+        X, y = arrays["X"], arrays["y"]
         if X.ndim != 4:
             raise ValueError(f"cifar10 X must be (N, 32, 32, 3) or (N, 3, 32, 32), got {X.shape}")
         if X.shape[-1] == 3:

@@ -47,16 +47,19 @@ Faults
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import queue
 import signal
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -140,9 +143,20 @@ class _Fault:
     """Test hook: ``kind`` ``"kill"`` (SIGKILL itself) or ``"hang"`` at ``(rank, round)``."""
 
     def __init__(self, rank: int, round_index: int, kind: str) -> None:
+        self.rank, self.round, self.kind = rank, round_index, kind
+
+    @classmethod
+    def check(cls, fault: Any, world: int, rounds: int) -> _Fault:
+        """The hook of ``fault = (rank, round, kind)``, refused unless it can fire."""
+        if not isinstance(fault, tuple) or len(fault) != 3:
+            raise TypeError(f"fault must be a tuple (rank, round, 'kill' | 'hang'), got {fault!r}")
+        rank, r, kind = fault
+        for name, v, hi in (("rank", rank, world - 1), ("round", r, rounds - 1)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi:
+                raise ValueError(f"fault {name} must be an integer in [0, {hi}], got {v!r}")
         if kind not in ("kill", "hang"):
             raise ValueError(f"fault kind must be 'kill' or 'hang', got {kind!r}")
-        self.rank, self.round, self.kind = rank, round_index, kind
+        return cls(rank, r, kind)
 
     def __call__(self, rank: int, r: int) -> None:
         if (rank, r) != (self.rank, self.round):
@@ -164,6 +178,47 @@ def _result_payload(res: RunResult) -> dict[str, Any]:
     }
 
 
+def _watch_launcher(launcher: int) -> None:
+    """End this role's process within a second of the launcher's death, whatever killed it.
+
+    On Linux the kernel's parent-death signal is set as well (``PR_SET_PDEATHSIG``); the thread
+    covers the forkserver start method (whose children's parent is the fork server) and other
+    systems.
+    """
+    import threading
+
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(launcher, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:  # pragma: no cover - the pid went to another user
+                os._exit(1)
+            time.sleep(0.25)
+
+    threading.Thread(target=watch, name="cvfl-launcher-watch", daemon=True).start()
+
+
+def _last_frame(exc: BaseException) -> str:
+    """``file:line in function`` of the innermost frame of ``exc``'s traceback."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}"
+
+
 def _worker(
     rank: int,
     world_size: int,
@@ -176,11 +231,13 @@ def _worker(
     fault: _Fault | None,
     progress: Any,
     results: Any,
+    launcher: int,
 ) -> None:
     """One role's process, started exactly as torchrun would start it (environment variables).
 
-    It reports ``("ok" | "peer" | "error", rank, ...)`` to the launcher.
+    It reports ``("ok" | "peer" | "error", rank, ...)`` to the launcher and ends with it.
     """
+    _watch_launcher(launcher)
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size)
     )
@@ -194,7 +251,61 @@ def _worker(
     except PeerError as exc:
         results.put(("peer", rank, exc.peer, exc.round, str(exc)))
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, which re-raises
-        results.put(("error", rank, int(progress[rank]), f"{type(exc).__name__}: {exc}"))
+        where = _last_frame(exc)
+        what = f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else "")
+        results.put(("error", rank, int(progress[rank]), what))
+
+
+_BOOTSTRAP_CAUSE = "CVFL_DISTRIBUTED_CAUSE"
+"""Environment variable naming the file where a role process that starts a run while it is
+still importing the main module (an unguarded script) writes why, for the launcher to read."""
+
+_UNGUARDED = (
+    "the main script starts the run at its top level: every role process imports the main "
+    'module, so put the call under `if __name__ == "__main__":`'
+)
+
+
+def _refuse_in_bootstrap() -> None:
+    """In a role process still importing the main module, stop with the cause (for the launcher)."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        path = os.environ.get(_BOOTSTRAP_CAUSE)
+        if path:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(_UNGUARDED)
+        raise RuntimeError(f"train(backend='distributed'): {_UNGUARDED}")
+
+
+def _check_main_module(start_method: str) -> None:
+    """Refuse a main module the role processes cannot import (standard input, say)."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is not None and not os.path.isfile(path):
+        raise ValueError(
+            f"backend='distributed' with start_method={start_method!r} re-imports the main "
+            f"module in every role process, and this one ({path!r}, e.g. a script read from "
+            "standard input) cannot be imported: save it to a file and run that, or use "
+            "backend='roles'"
+        )
+
+
+def _check_picklable(dataset: VerticalDataset, config: CVFLConfig) -> None:
+    """The data set and configuration travel to the role processes by pickle: check it first."""
+    import pickle
+
+    try:
+        pickle.dumps((dataset, config))
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        raise ValueError(
+            "backend='distributed' sends the configuration to every role process, and it cannot "
+            f"be pickled ({type(exc).__name__}: {exc}): use a picklable schedule from "
+            "cvfl_sim.vfl.schedules (not a lambda or a local function) and compressors from "
+            "cvfl_theory.compressors, or backend='roles'"
+        ) from None
 
 
 def _free_port() -> int:
@@ -203,13 +314,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _diagnose(outcomes: dict[int, tuple[Any, ...]], procs: list[Any], progress: Any) -> str:
+def _diagnose(
+    outcomes: dict[int, tuple[Any, ...]], procs: list[Any], progress: Any, cause_path: str = ""
+) -> str:
     """Name the role that caused a failure: dead without a word, a bug, or blamed by its peers."""
     for rank, p in enumerate(procs):
         if rank not in outcomes and p.exitcode is not None:
             how = f"was killed by signal {-p.exitcode}" if p.exitcode < 0 else "crashed"
+            cause = ""
+            if cause_path and os.path.exists(cause_path):
+                with open(cause_path, encoding="utf-8") as fh:
+                    cause = fh.read(2000).strip()
             return (
                 f"{rank_name(rank)} {how} (exit code {p.exitcode}) at round {int(progress[rank])}"
+                + (f": {cause}" if cause else "")
             )
     for rank, out in sorted(outcomes.items()):
         if out[0] == "error":
@@ -268,12 +386,19 @@ def train_distributed(
     DistributedRunError
         A role crashed, hung or failed; the message names it and the round.
     """
-    if not (isinstance(timeout, (int, float)) and 0 < timeout < 86400):
-        raise ValueError(f"timeout must be a number of seconds in (0, 86400), got {timeout!r}")
+    _refuse_in_bootstrap()
+    _check_seconds(timeout, "timeout", 1.0, 86400.0)
+    _check_seconds(delay, "delay", 0.0, float(timeout), high_open=True)
     if start_method not in ("forkserver", "spawn"):
         raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
     s = setup_run(dataset, config)  # bad input raises here, before any process starts
     world = dataset.n_parties + 1
+    f = None if fault is None else _Fault.check(fault, world, s.total_rounds)
+    _check_main_module(start_method)
+    _check_picklable(dataset, config)
+    ck = None if checkpoint is None else os.fspath(checkpoint)
+    if ck is not None and os.path.exists(ck):
+        _check_checkpoint(ck, dataset, config, s)  # a bad file is refused here, naming it
     ctx: ForkServerContext | SpawnContext
     if start_method == "forkserver":
         ctx = mp.get_context("forkserver")
@@ -282,51 +407,40 @@ def train_distributed(
         ctx = mp.get_context("spawn")
     progress = ctx.Array("q", world, lock=False)
     results = ctx.Queue()
-    f = None if fault is None else _Fault(*fault)
     port = _free_port()
-    ck = None if checkpoint is None else os.fspath(checkpoint)
+    launcher = os.getpid()
     procs = [
         ctx.Process(
             target=_worker,
-            args=(rank, world, port, dataset, config, ck, timeout, delay, f, progress, results),
+            args=(rank, world, port, dataset, config, ck, timeout, delay, f, progress, results,
+                  launcher),
             daemon=True,
         )
         for rank in range(world)
-    ]
+    ]  # fmt: skip
     outcomes: dict[int, tuple[Any, ...]] = {}
+    started: list[Any] = []
+    cause_fd, cause_path = tempfile.mkstemp(prefix="cvfl-cause-", suffix=".txt")
+    os.close(cause_fd)
+    saved_env = os.environ.get(_BOOTSTRAP_CAUSE)
     try:
+        os.environ[_BOOTSTRAP_CAUSE] = cause_path  # read by a role that starts too early
         for p in procs:
             p.start()
-        last, changed = list(progress), time.monotonic()
-        failed_at: float | None = None
-        while len(outcomes) < world:
-            try:
-                out = results.get(timeout=0.05)
-                outcomes[out[1]] = out
-                continue
-            except queue.Empty:
-                pass
-            now = time.monotonic()
-            if list(progress) != last:
-                last, changed = list(progress), now
-            failure = any(o[0] != "ok" for o in outcomes.values()) or any(
-                p.exitcode is not None and r not in outcomes for r, p in enumerate(procs)
-            )
-            if failure and failed_at is None:
-                failed_at = now  # let the other roles report what they saw
-            if (
-                failed_at is not None and now - failed_at > 0.5
-            ) or now - changed > timeout + _GRACE:
-                raise DistributedRunError(
-                    f"distributed run failed: {_diagnose(outcomes, procs, progress)}"
-                )
+            started.append(p)
+        _supervise(outcomes, procs, progress, results, timeout, cause_path)
     finally:
-        for p in procs:
+        if saved_env is None:
+            os.environ.pop(_BOOTSTRAP_CAUSE, None)
+        else:
+            os.environ[_BOOTSTRAP_CAUSE] = saved_env
+        for p in started:
             if p.is_alive() and len(outcomes) < world:
                 p.kill()
-        for p in procs:
+        for p in started:
             p.join(timeout=10)
         results.close()
+        os.remove(cause_path)
     payload = outcomes[0][3]
     parties, server = s.parties, s.server
     for net, state in zip([*parties, server], payload["state"]):
@@ -337,6 +451,80 @@ def train_distributed(
         summary={**res.summary, "bytes_sent": [dict(outcomes[r][2]) for r in range(world)]},
         models={"parties": parties, "server": server},
     )
+
+
+def _check_seconds(v: Any, name: str, lo: float, hi: float, *, high_open: bool = False) -> float:
+    """A number of seconds in ``[lo, hi]`` (or ``[lo, hi)``), refused naming ``name`` otherwise."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {v!r}")
+    ok = math.isfinite(v) and lo <= v and (v < hi if high_open else v <= hi)
+    if not ok:
+        bracket = ")" if high_open else "]"
+        raise ValueError(
+            f"{name} must be a number of seconds in [{lo:g}, {hi:g}{bracket}, got {v!r}"
+        )
+    return float(v)
+
+
+def _check_checkpoint(path: str, dataset: VerticalDataset, config: CVFLConfig, s: Any) -> None:
+    """Read a checkpoint into throw-away copies, so that a bad file fails before any process."""
+    import copy
+
+    from .record import RunRecord, checkpoint_arrays, resume
+
+    parties = [copy.deepcopy(p) for p in s.parties]
+    server = copy.deepcopy(s.server)
+    memory = (
+        [torch.zeros(dataset.n_train, P, dtype=s.dtype) for P in s.emb_sizes]
+        if config.error_feedback
+        else []
+    )
+    arrays = checkpoint_arrays(parties, server, memory)
+    gens: list[np.random.Generator | None] = [np.random.default_rng(0)] * (dataset.n_parties + 1)
+    resume(
+        path, dataset, config, arrays, np.random.default_rng(0), gens, RunRecord(s, dataset, config)
+    )
+
+
+def _supervise(
+    outcomes: dict[int, tuple[Any, ...]],
+    procs: list[Any],
+    progress: Any,
+    results: Any,
+    timeout: float,
+    cause_path: str,
+) -> None:
+    """Collect every role's outcome; raise :class:`DistributedRunError` at the first failure.
+
+    Any outcome other than ``"ok"`` is a failure, and so is a process that ended without one or
+    no round starting for ``timeout`` plus a grace period; the other roles get half a second to
+    report what they saw, then the error names the role that caused it, the round, and the
+    cause's type, message and last frame.
+    """
+    world = len(procs)
+    last, changed = list(progress), time.monotonic()
+    failed_at: float | None = None
+    while True:
+        try:
+            out = results.get(timeout=0.05)
+            outcomes[out[1]] = out
+            if len(outcomes) == world and all(o[0] == "ok" for o in outcomes.values()):
+                return
+            continue
+        except queue.Empty:
+            pass
+        now = time.monotonic()
+        if list(progress) != last:
+            last, changed = list(progress), now
+        failure = any(o[0] != "ok" for o in outcomes.values()) or any(
+            p.exitcode is not None and r not in outcomes for r, p in enumerate(procs)
+        )
+        if failure and failed_at is None:
+            failed_at = now  # let the other roles report what they saw
+        if (failed_at is not None and now - failed_at > 0.5) or now - changed > timeout + _GRACE:
+            raise DistributedRunError(
+                f"distributed run failed: {_diagnose(outcomes, procs, progress, cause_path)}"
+            )
 
 
 def run_from_env(

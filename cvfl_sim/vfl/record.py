@@ -6,6 +6,7 @@ One implementation for every execution strategy.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -24,9 +25,111 @@ from .ledger import BitLedger, RoundBits, nominal_bits, paper_cost_model, round_
 from .models import count_parameters
 from .results import RunResult
 
-__all__ = ["RunRecord", "checkpoint_identity", "checkpoint_arrays", "resume"]
+__all__ = ["RunRecord", "checkpoint_identity", "checkpoint_arrays", "resume", "check_state"]
 
 _LOG_KEYS = ("bits", "embedding_error", "embedding_error_by_party", "server_model_error", "lr")
+
+
+_STATE_KEYS = frozenset(
+    {"epoch", "round", "train_time", "batch_gen", "comp_gens", "ledger", "log", "history",
+     "err_since"}
+)  # fmt: skip
+
+
+def _is_int(v: Any, lo: int = 0, hi: float = math.inf) -> bool:
+    return type(v) is int and lo <= v <= hi
+
+
+def _is_real(v: Any, lo: float = 0.0, hi: float = math.inf) -> bool:
+    return type(v) in (int, float) and math.isfinite(v) and lo <= v <= hi
+
+
+def check_state(state: Any, dataset: VerticalDataset, config: CVFLConfig) -> tuple[int, int]:
+    """Check a checkpoint's training state for meaning; return its ``(epoch, round)``.
+
+    Beyond the file format (:func:`~cvfl_sim.vfl.checkpoint.read_checkpoint`), every field must
+    make sense for this run: exact JSON types (no coercion of ``1.9`` or ``"1"`` to an integer);
+    the epoch in ``[0, epochs]``, the round equal to the epochs times the rounds per epoch (a
+    checkpoint is written at an epoch's end); one ledger entry and one log entry per round with
+    ``M`` parties; the history rows exactly the evaluations so far, at their rounds and epochs;
+    the errors since the last row one per round since it; a finite training time.
+
+    Raises
+    ------
+    ValueError
+        Naming the field and what is wrong (:func:`resume` adds the file).
+    """
+    if not isinstance(state, dict) or set(state) != _STATE_KEYS:
+        keys = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"state keys {keys}, expected {sorted(_STATE_KEYS)}")
+    rpe = math.ceil(dataset.n_train / config.batch_size)
+    every = config.eval_every or rpe
+    M = dataset.n_parties
+    epoch, r = state["epoch"], state["round"]
+    if not _is_int(epoch, 0, config.epochs):
+        raise ValueError(f"epoch {epoch!r}: must be an integer in [0, epochs={config.epochs}]")
+    if not _is_int(r) or r != epoch * rpe:
+        raise ValueError(f"round {r!r}: must be epoch * rounds per epoch = {epoch * rpe}")
+    if not _is_real(state["train_time"]):
+        raise ValueError(f"train_time {state['train_time']!r}: must be a finite number >= 0")
+    if not isinstance(state["comp_gens"], list) or len(state["comp_gens"]) != M + 1:
+        raise ValueError(f"comp_gens: must list M + 1 = {M + 1} generator states")
+    ledger = state["ledger"]
+    if not isinstance(ledger, list) or len(ledger) != r:
+        raise ValueError(f"ledger: must hold one entry per round ({r})")
+    for k, e in enumerate(ledger):
+        ok = (
+            isinstance(e, list)
+            and len(e) == 3
+            and isinstance(e[0], list)
+            and len(e[0]) == M
+            and all(_is_int(u) for u in e[0])
+            and _is_int(e[1])
+            and _is_real(e[2])
+        )
+        if not ok:
+            raise ValueError(f"ledger entry {k}: must be [M = {M} upload bits, server bits, paper]")
+    log = state["log"]
+    if not isinstance(log, dict) or set(log) != set(_LOG_KEYS):
+        raise ValueError(f"log: must have the keys {sorted(_LOG_KEYS)}")
+    for key, values in log.items():
+        if not isinstance(values, list) or len(values) != r:
+            raise ValueError(f"log[{key!r}]: must hold one value per round ({r})")
+        for v in values:
+            if key == "bits":
+                ok = _is_int(v)
+            elif key == "embedding_error_by_party":
+                ok = isinstance(v, list) and len(v) == M and all(_is_real(x) for x in v)
+            elif key == "lr":
+                ok = _is_real(v) and v > 0
+            else:
+                ok = _is_real(v)
+            if not ok:
+                raise ValueError(f"log[{key!r}] holds a bad value {v!r}")
+    evaluations = [0] + [t for t in range(1, r + 1) if t % every == 0 or t == rpe * config.epochs]
+    hist = state["history"]
+    if not isinstance(hist, list) or len(hist) != len(evaluations):
+        n = len(hist) if isinstance(hist, list) else type(hist).__name__
+        raise ValueError(f"history: {n} rows, the evaluations so far are {len(evaluations)}")
+    for row, t in zip(hist, evaluations):
+        if not isinstance(row, dict) or row.get("round") != t or row.get("epoch") != t / rpe:
+            raise ValueError(f"history row of round {t}: missing, or at another round or epoch")
+        for key in ("train_loss", "test_accuracy", "test_f1"):
+            if not _is_real(row.get(key), 0.0, 1.0 if key != "train_loss" else math.inf):
+                raise ValueError(f"history row of round {t}: {key} {row.get(key)!r}")
+        if not _is_int(row.get("bits")):
+            raise ValueError(f"history row of round {t}: bits {row.get('bits')!r}")
+        if (row.get("grad_norm_sq") is None) == bool(config.track_grad_norm):
+            raise ValueError(f"history row of round {t}: grad_norm_sq does not fit the config")
+    since = state["err_since"]
+    want = r - (evaluations[-1] if evaluations else 0)
+    if (
+        not isinstance(since, list)
+        or len(since) != want
+        or not all(isinstance(e, list) and len(e) == 2 and all(map(_is_real, e)) for e in since)
+    ):
+        raise ValueError(f"err_since: must hold {want} pairs of errors (rounds since the last row)")
+    return epoch, r
 
 
 def checkpoint_identity(dataset: VerticalDataset, config: CVFLConfig) -> str:
@@ -276,6 +379,10 @@ def resume(
         path, identity=checkpoint_identity(dataset, config), arrays=array_layout(arrays)
     )
     try:
+        epoch, r = check_state(st, dataset, config)
+        for name, a in saved.items():
+            if a.dtype.kind == "f" and not np.isfinite(a).all():
+                raise ValueError(f"array {name!r} holds non-finite values")
         with torch.no_grad():
             for name, t in arrays.items():
                 t.copy_(torch.from_numpy(saved[name]))
@@ -287,7 +394,7 @@ def resume(
                 g.bit_generator.state = gs
         if record is not None:
             record.restore(st)
-        return int(st["epoch"]), int(st["round"])
+        return epoch, r
     except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
         raise ValueError(
             f"checkpoint {os.fspath(path)!r} holds a malformed training state "

@@ -20,7 +20,7 @@ from cvfl_theory._atomic import atomic_write_text
 from cvfl_theory._export import dataframe, json_safe
 from cvfl_theory.table import Table
 
-__all__ = ["RunResult", "HISTORY_COLUMNS"]
+__all__ = ["RunResult", "HISTORY_COLUMNS", "MAX_RESULT_BYTES"]
 
 HISTORY_COLUMNS = (
     "epoch",
@@ -40,6 +40,9 @@ HISTORY_COLUMNS = (
 
 _REQUIRED_NUMBERS = ("epoch", "round", "train_loss", "test_accuracy", "test_f1", "bits")
 """History entries every saved row holds as numbers (checked by :meth:`RunResult.load`)."""
+
+MAX_RESULT_BYTES = 512 * 2**20
+"""Largest result file :meth:`RunResult.load` reads (checked before reading)."""
 
 TIMING_KEYS = frozenset({"train_seconds", "wall_seconds"})
 """Summary entries that measure wall-clock time (not part of a result's identity)."""
@@ -198,7 +201,13 @@ class RunResult:
         if not p.endswith(".json") and not os.path.exists(p):
             p += ".json"
         with open(p, "rb") as fh:
-            raw = fh.read()
+            size = os.fstat(fh.fileno()).st_size
+            if size > MAX_RESULT_BYTES:
+                raise ValueError(
+                    f"{p!r} is not a RunResult file: {size} bytes, more than MAX_RESULT_BYTES = "
+                    f"{MAX_RESULT_BYTES} (the per-round log of ~10^6 rounds)"
+                )
+            raw = fh.read(MAX_RESULT_BYTES + 1)
         try:
             d = _json_restore(json.loads(raw.decode("utf-8")))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:

@@ -53,11 +53,17 @@ def backend_options_of(
     ------
     ValueError, TypeError
         An unknown backend or option, options that are not a mapping of names to values, a
-        ``probe`` for another backend than ``"inprocess"``, or ``on_epoch_end`` for
-        ``"distributed"``.
+        ``probe`` or ``on_epoch_end`` that is not a callable, a ``probe`` for another backend than
+        ``"inprocess"``, or ``on_epoch_end`` for ``"distributed"``.
     """
     if not isinstance(backend, str) or backend not in BACKEND_OPTIONS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    for name, hook in (("probe", probe), ("on_epoch_end", on_epoch_end)):
+        if hook is not None and (isinstance(hook, type) or not callable(hook)):
+            what = f"the class {hook.__name__}" if isinstance(hook, type) else repr(hook)
+            raise TypeError(
+                f"{name} must be a callable (an instance, e.g. Lemma1Probe()), got {what}"
+            )
     if probe is not None and backend != "inprocess":
         raise ValueError(f"probe needs backend='inprocess', got backend={backend!r}")
     if on_epoch_end is not None and backend == "distributed":

@@ -297,6 +297,7 @@ class _VectorisedRun:
                     round_index=r,
                     step=step,
                     Q=Q,
+                    eta=eta,
                     parties=self.parties,
                     server=self.server,
                     x=xb,

@@ -99,7 +99,7 @@ class RangeQuantizer(Compressor):
             raise ValueError(
                 f"range ({lo:g}, {hi:g}) is too narrow for bits={self.bits}: its cell length "
                 f"{cell:g} is below {floor:g}, the smallest float64 resolves there (a subnormal "
-                f"or under-resolved step); use a range with hi - lo >= {floor * span / cell:.3g}"
+                f"or under-resolved step); use a range with hi - lo >= {floor * (span / cell):.3g}"
             )
 
     def _uses_seed(self) -> bool:

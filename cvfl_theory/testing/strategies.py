@@ -42,6 +42,37 @@ COMPRESSOR_KINDS = ("scalar", "hexagonal", "topk", "identity")
 """Names accepted by the ``kinds`` argument of :func:`compressors`."""
 
 
+_DTYPE_NAMES = ("float16", "float32", "float64")
+_MAX_SIDE = 10**6
+
+
+def _check_dtypes(dtypes: Any) -> list[str]:
+    """A non-empty sequence (not a string) of float dtype names the package accepts."""
+    if isinstance(dtypes, str) or not isinstance(dtypes, Sequence) or not dtypes:
+        raise TypeError(
+            f"dtypes must be a non-empty sequence of names from {_DTYPE_NAMES}, got {dtypes!r}"
+        )
+    bad = [d for d in dtypes if d not in _DTYPE_NAMES]
+    if bad:
+        raise ValueError(f"dtypes must be names from {_DTYPE_NAMES}, got {bad}")
+    return list(dtypes)
+
+
+def _check_sides(lo: Any, hi: Any, name: str) -> tuple[int, int]:
+    """``min_<name>``, ``max_<name>`` as integers with ``1 <= min <= max <= 10^6``."""
+    a = check_int_in_range(lo, f"min_{name}", 1, _MAX_SIDE)
+    b = check_int_in_range(hi, f"max_{name}", a, _MAX_SIDE)
+    return a, b
+
+
+def _check_max_abs(max_abs: Any) -> float:
+    return check_real(max_abs, "max_abs", 0.0, 1e300, low_open=True)
+
+
+def _check_min_p(min_p: Any) -> float:
+    return check_real(min_p, "min_p", 0.0, 1.0, low_open=True)
+
+
 def _st() -> Any:
     try:
         import hypothesis.strategies as st
@@ -70,6 +101,13 @@ def data_matrices(
     st = _st()
     from hypothesis.extra import numpy as hnp
 
+    min_n, max_n = _check_sides(min_n, max_n, "n")
+    min_d, max_d = _check_sides(min_d, max_d, "d")
+    dtypes = _check_dtypes(dtypes)
+    max_abs = _check_max_abs(max_abs)
+    if not isinstance(allow_ties, bool):
+        raise TypeError(f"allow_ties must be True or False, got {allow_ties!r}")
+
     @st.composite
     def build(draw: Any) -> np.ndarray:
         n = draw(st.integers(min_n, max_n))
@@ -96,9 +134,16 @@ def _elements(dtype: np.dtype, max_abs: float, allow_ties: bool) -> Any:
 
 
 def probabilities(*, n: int, d: int, min_p: float = 0.05) -> Any:
-    """Sampling probabilities in ``[min_p, 1]``: a float, an ``(n, 1)`` or an ``(n, d)`` array."""
+    """Sampling probabilities in ``[min_p, 1]``: a float, an ``(n, 1)`` or an ``(n, d)`` array.
+
+    ``n, d >= 1`` and ``0 < min_p <= 1`` (a probability 0 is refused by the encoders).
+    """
     st = _st()
     from hypothesis.extra import numpy as hnp
+
+    n = check_int_in_range(n, "n", 1, _MAX_SIDE)
+    d = check_int_in_range(d, "d", 1, _MAX_SIDE)
+    min_p = _check_min_p(min_p)
 
     p = st.floats(min_p, 1.0, allow_nan=False)
     return st.one_of(
@@ -113,6 +158,9 @@ def centre_specs(*, n: int, max_abs: float = 1e3) -> Any:
     st = _st()
     from hypothesis.extra import numpy as hnp
 
+    n = check_int_in_range(n, "n", 1, _MAX_SIDE)
+    max_abs = _check_max_abs(max_abs)
+
     value = st.floats(-max_abs, max_abs, allow_nan=False, width=32)
     return st.one_of(
         st.sampled_from(["mean", "zero", "min"]),
@@ -124,6 +172,9 @@ def centre_specs(*, n: int, max_abs: float = 1e3) -> Any:
 def encoders(*, n: int, d: int, min_p: float = 0.05) -> Any:
     """Any encoder of :mod:`cvfl_theory.encoders`, with parameters valid for ``(n, d)`` data."""
     st = _st()
+    n = check_int_in_range(n, "n", 1, _MAX_SIDE)
+    d = check_int_in_range(d, "d", 1, _MAX_SIDE)
+    min_p = _check_min_p(min_p)
     from ..encoders import (
         BinaryQuantizationEncoder,
         FixedSizeEncoder,
@@ -188,10 +239,13 @@ def tensors(
     import torch
     from hypothesis.extra import numpy as hnp
 
-    min_dims = check_int_in_range(min_dims, "min_dims", 1, 2**62)
-    max_dims = check_int_in_range(max_dims, "max_dims", min_dims, 2**62)
-    min_side = check_int_in_range(min_side, "min_side", 1, 2**62)
-    max_side = check_int_in_range(max_side, "max_side", min_side, 2**62)
+    min_dims = check_int_in_range(min_dims, "min_dims", 1, 2)
+    max_dims = check_int_in_range(max_dims, "max_dims", min_dims, 2)  # the compressors take 1-2
+    min_side, max_side = _check_sides(min_side, max_side, "side")
+    dtypes = _check_dtypes(dtypes)
+    max_abs = _check_max_abs(max_abs)
+    if non_contiguous is not None and not isinstance(non_contiguous, bool):
+        raise TypeError(f"non_contiguous must be True, False or None, got {non_contiguous!r}")
     strided = st.booleans() if non_contiguous is None else st.just(bool(non_contiguous))
 
     @st.composite
@@ -332,6 +386,13 @@ def compressor_problems(
     return tensors(**tensor_kwargs).flatmap(pair)
 
 
+def _check_budget_args(protocol: Any, r: Any, check_protocol: Any) -> None:
+    """The protocol (K6) and the wire's bits per float, 16, 32 or 64 (K3), checked when built."""
+    check_protocol(protocol)
+    if isinstance(r, bool) or r not in (16, 32, 64):
+        raise ValueError(f"r (bits per float) must be 16, 32 or 64, got {r!r}")
+
+
 def bit_budgets(
     X: Any,
     *,
@@ -370,9 +431,10 @@ def bit_budgets(
         If every entry of ``X`` equals its centre (:math:`|S| = 0`: no budget is feasible and
         unsaturated), or the fractions are out of range.
     """
-    from ..optimal import budget_terms
+    from ..optimal import budget_terms, check_protocol
 
     st = _st()
+    _check_budget_args(protocol, r, check_protocol)
     lo = check_real(min_fraction, "min_fraction", 0.0, 1.0, low_open=True, high_open=True)
     hi = check_real(max_fraction, "max_fraction", lo, 1.0, high_open=True)
     fixed, per, support = budget_terms(X, protocol, r, mu)
@@ -400,7 +462,12 @@ def budget_problems(
     ``"mean"`` or ``"min"`` the matrices have ``d >= 2``, since one column is always its own
     centre.
     """
+    from ..optimal import check_protocol
+
     st = _st()
+    _check_budget_args(protocol, r, check_protocol)
+    check_real(min_fraction, "min_fraction", 0.0, 1.0, low_open=True, high_open=True)
+    check_real(max_fraction, "max_fraction", min_fraction, 1.0, high_open=True)
     if mu not in ("mean", "zero", "min"):
         raise ValueError(f"mu must be 'mean', 'zero' or 'min', got {mu!r}")
     if mu != "zero":
