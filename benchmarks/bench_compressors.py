@@ -1,4 +1,4 @@
-"""Compressor throughput as a ratio to ``clone()`` (THEORY C5; issues 4 and 13 targets).
+"""Compressor throughput as a ratio to ``clone()`` (C5; issues 4 and 13 targets).
 
 For a (4096, 256) float32 tensor (torch and numpy), time ``decompress(compress(x))`` -- the issue's
 "compress + decompress", each side running its own kernel (the receiver regenerates the shared

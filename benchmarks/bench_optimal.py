@@ -1,4 +1,4 @@
-"""Benchmark of THEORY K6: exact water-filling vs cvxpy (Clarabel), and water-filling at N = 10^7.
+"""Benchmark of K6: exact water-filling vs cvxpy (Clarabel), and water-filling at N = 10^7.
 
 Every number is a ratio measured in one run, so it means the same on a noisy shared machine:
 

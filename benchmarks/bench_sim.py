@@ -1,6 +1,6 @@
 """C-VFL simulator speed, as ratios measured in one run (never timed assertions).
 
-Epoch time of C-VFL (Algorithm 1, THEORY C1) with ``Q = 1`` ÷ epoch time of plain joint-model
+Epoch time of C-VFL (Algorithm 1, C1) with ``Q = 1`` ÷ epoch time of plain joint-model
 mini-batch SGD on the same data, models, batches and initialisation: target <= 1.5 with identity
 compressors and <= 3 with ``HexLatticeQuantizer(bits=2)`` on every message.
 

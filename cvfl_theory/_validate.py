@@ -10,7 +10,7 @@ Layout independence (same values, same ``rng`` -> same bits): arrays leave :func
 C-contiguous in native byte order, so every reduction downstream (row sums, means) runs in one
 fixed order whatever the strides, order or byte order of the caller's array.
 
-Float width (THEORY K3, C5): a value that is finite in the data but beyond the largest finite
+Float width (K3, C5): a value that is finite in the data but beyond the largest finite
 float of the wire's width ``r`` is **refused** (:func:`check_fits_float`), never turned into
 ``inf`` on the wire nor silently clipped.
 """
@@ -210,7 +210,7 @@ def row_sums(a: np.ndarray) -> np.ndarray:
     Every operation is a correctly rounded float64 addition, so the result has the same bits on
     every machine, kernel path (``avx512``, ``avx2``, ``portable``), compiler and thread count
     (the compiled kernel ``_kernels.row_sums``; no BLAS). It defines the centre ``mu="mean"`` of
-    the encoders (THEORY K1, K2: :math:`\mu_i = \mathrm{fl}(s_i / d)`, see
+    the encoders (K1, K2: :math:`\mu_i = \mathrm{fl}(s_i / d)`, see
     :meth:`~cvfl_theory.encoders.Encoder.centres`) and doubles as the finiteness check of
     :func:`check_matrix_row_sums`: a NaN or inf entry makes its row sum NaN or inf. A float64
     row may also overflow to ``inf`` (silently, the caller decides); float16/32 rows cannot.

@@ -1,10 +1,10 @@
-r"""Convergence-bound calculators of C-VFL (THEORY C4) and the C5 parameter choices.
+r"""Convergence-bound calculators of C-VFL (C4) and the C5 parameter choices.
 
 All constants of Theorems 4.2 and 4.4 are explicit keyword arguments. Their defaults are the
-values **as recovered** in THEORY C4 (the paper's full text was not available; the *form* of each
+values **as recovered** in C4 (the paper's full text was not available; the *form* of each
 term is reliable, the *constants* are not), so treat every total as "the recovered bound".
 
-Notation (THEORY C0-C4): ``M`` parties plus the server (index 0), so per-party arrays have
+Notation (C0-C4): ``M`` parties plus the server (index 0), so per-party arrays have
 length ``M + 1``; ``Q`` local steps per round; ``R = T/Q`` rounds; ``E`` is the ``(R, M + 1)``
 array of compression errors :math:`E_m^{t_0} = \mathbb{E}\|\varepsilon_m^{t_0}\|_F^2` (C2).
 
@@ -45,7 +45,7 @@ __all__ = [
     "bits_schedule",
 ]
 
-# Constants of C4.2 as recovered (THEORY C4): 4 [F(0) - F(T)]/(eta T), 6 eta Q L sum sigma^2/B,
+# Constants of C4.2 as recovered (C4): 4 [F(0) - F(T)]/(eta T), 6 eta Q L sum sigma^2/B,
 # (92 Q^2/R) sum sum H^2 G^2 sum_{j != m} E_j.
 C_OPT = 4.0
 C_VAR = 6.0
@@ -331,7 +331,7 @@ def theorem_4_4(
 ) -> BoundTerms:
     r"""Theorem 4.4 (diminishing step), C4.4 **as recovered**: a bound on :math:`\min_t \mathbb{E}\|\nabla F\|^2`.
 
-    THEORY C4.4 fixes only the structure (term 1 over :math:`\sum_t \eta^{t_0}`, term 2 weighted
+    C4.4 fixes only the structure (term 1 over :math:`\sum_t \eta^{t_0}`, term 2 weighted
     by :math:`\sum (\eta^{t_0})^2`, term 3 by :math:`\sum \eta^{t_0} \sum_m E_m^{t_0}`). This
     calculator uses the form that reduces **exactly** to :func:`theorem_4_2` for a constant step
     (multiply C4.2 by :math:`\eta T` and let :math:`\eta` vary per round):

@@ -154,7 +154,7 @@ class Encoder(ABC):
     def centres(self, X: Any, row_sums: np.ndarray | None = None) -> np.ndarray:
         r"""The centres :math:`\mu_i` for ``X`` as float64, rounded to ``X``'s precision (K1).
 
-        ``mu="mean"`` is the node mean :math:`\mu_i = \frac1d \sum_j X_i(j)` (THEORY K1, K2;
+        ``mu="mean"`` is the node mean :math:`\mu_i = \frac1d \sum_j X_i(j)` (K1, K2;
         it minimises K1.2 for a uniform ``p``) computed as :math:`\mathrm{fl}(s_i / d)` rounded to
         ``X``'s dtype, where :math:`s_i` is the float64 row sum in the fixed order of
         :func:`~cvfl_theory._validate.row_sums` (16 lanes, entry :math:`j` in lane

@@ -1,4 +1,4 @@
-r"""Optimal sampling probabilities and centres for a bit budget (THEORY.md K6).
+r"""Optimal sampling probabilities and centres for a bit budget (K6).
 
 With the sparse or varying-length protocol (K3) the expected cost is affine in
 :math:`\sum_{(i,j)\in S} p_{ij}`, so a bit budget :math:`C_{\max}` is a budget :math:`B` on the

@@ -1,4 +1,4 @@
-r"""Exact water-filling for Problem (17) of [KR] (THEORY.md K6.2), with a KKT certificate.
+r"""Exact water-filling for Problem (17) of [KR] (K6.2), with a KKT certificate.
 
 For fixed centres, Problem (17) is
 
@@ -415,7 +415,7 @@ def water_fill(a: Any, budget: float, caps: Any = None) -> WaterFillResult:
 
     References
     ----------
-    - [KR]_ Konečný & Richtárik (2018), Problem (17); THEORY.md K6.2.
+    - [KR]_ Konečný & Richtárik (2018), Problem (17); K6.2.
 
     Examples
     --------

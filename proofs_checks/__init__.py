@@ -1,6 +1,6 @@
-"""proofs_checks — one module per THEORY.md label, each with ``check() -> CheckResult``.
+"""proofs_checks — one module per label of the theory pages, each with ``check() -> CheckResult``.
 
-Each check re-derives its claim symbolically (sympy) where THEORY.md says [derived], and compares a
+Each check re-derives its claim symbolically (sympy) where the theory pages say *derived*, and compares a
 closed form with an independent exact or Monte Carlo computation (the numeric pair). Run them all
 with ``python -m proofs_checks`` or ``cvfl verify``.
 """

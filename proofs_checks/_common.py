@@ -1,5 +1,5 @@
 """Small shared pieces of the K checks: test data, the round-off tolerance, the K1.2 formula
-written out from THEORY.md, and the frequency test of an encoder's real sampler."""
+written out from the theory pages, and the frequency test of an encoder's real sampler."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def roundoff(scale: float, terms: int = 1000) -> float:
 
 
 def k12_formula(X: np.ndarray, p: np.ndarray, mu: np.ndarray) -> float:
-    r"""K1.2 from THEORY.md, :math:`\frac1{n^2}\sum_{ij}(1/p_{ij} - 1)(X_i(j) - \mu_i)^2`.
+    r"""K1.2 from the theory pages, :math:`\frac1{n^2}\sum_{ij}(1/p_{ij} - 1)(X_i(j) - \mu_i)^2`.
 
     Written out here from the parameters the check chose, independently of the encoders' code.
     Entries with :math:`p_{ij} = 0` must have :math:`X_i(j) = \mu_i` (they contribute 0).

@@ -8,7 +8,7 @@ and :mod:`cvfl_theory.compressors.base`), with :mod:`struct` and Python integers
 
 1. locate the payload: after the fixed header (K3: 36 bytes; C5: 41 bytes, then the configuration
    and device strings whose lengths the header gives), before the 4-byte CRC;
-2. count the bits THEORY.md prescribes, from the *encoder output* (K3: :math:`s_i` counted on the
+2. count the bits K3 prescribes, from the *encoder output* (K3: :math:`s_i` counted on the
    decoded :math:`Y_i`, the support size :math:`|D_i|`, ``d``, ``r``, :math:`\bar r`,
    :math:`\bar r_s`; C5: :math:`qBP` plus the range floats, :math:`\lceil\log_2 N\rceil` bits per
    pair, top-k values plus positions as the compressor documents);
@@ -73,7 +73,7 @@ def _region(msg: bytes, start_byte: int, prescribed: int, what: str) -> tuple[li
 
 
 def k3_prescribed_bits(name: str, r: int, r_seed: int, d: int, rbar: int, s: int, D: int) -> int:
-    r"""β(Y_i) of THEORY.md K3 (``s`` = :math:`s_i`, ``D`` = :math:`|D_i|`)."""
+    r"""β(Y_i) of K3 (``s`` = :math:`s_i`, ``D`` = :math:`|D_i|`)."""
     return {
         "naive": d * r,
         "varying-length": rbar + d + r * s,
@@ -84,7 +84,7 @@ def k3_prescribed_bits(name: str, r: int, r_seed: int, d: int, rbar: int, s: int
 
 
 def k3_layout_errors(proto: Any, encoded: Any, messages: list[bytes]) -> list[str]:
-    """Discrepancies between K3 messages and the layout THEORY.md K3 prescribes (K3.1).
+    """Discrepancies between K3 messages and the layout K3 prescribes (K3.1).
 
     ``encoded`` is the encoder output the messages were written from; ``proto`` gives only the
     protocol's name, ``r`` and ``r_seed``.

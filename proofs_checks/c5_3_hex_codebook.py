@@ -79,7 +79,7 @@ def check() -> CheckResult:
         theoretical=1.0,
         tolerance=0.0,
         relation="<=",
-        note=f"codebook sizes {sizes}. THEORY C5.3 says 'the largest V'; it must be the "
+        note=f"codebook sizes {sizes}. The recovered statement of C5.3 asks for 'the largest V'; it must be the "
         "smallest V (finest lattice) within the budget (every V beyond some point is admissible). "
         "b = 1 is impossible with dither and the lattice centred on the box: box + 2V0 always "
         "holds the centre and its 6 neighbours, 7 > 2^2 codewords",

@@ -1,5 +1,5 @@
 """K3.2: the sparse protocol with mu = 0 and p = eps / (d(ceil(log2 d) + r)) costs n*eps bits in
-expectation when |S| = nd — not eps as THEORY.md (following the paper) states."""
+expectation when |S| = nd — not eps as the paper states."""
 
 import math
 
@@ -36,6 +36,6 @@ def check() -> CheckResult:
         empirical=float(bits.mean()),
         theoretical=n * eps,
         tolerance=5 * se,
-        note="THEORY.md K3.2 says C = eps: off by the factor n; p = eps/(n d (ceil(log2 d)+r)) "
+        note="the paper says C = eps: off by the factor n; p = eps/(n d (ceil(log2 d)+r)) "
         "gives C = eps, at MSE O(1/eps) instead of O(1/(eps n))",
     )

@@ -1,6 +1,6 @@
 """K5.2: the rotation baseline. For a fixed rotation HD, its exact MSE is (d/d') times the K5.1
 formula on the rotated, padded vectors (padding to d' = 2^ceil(log2 d) drops a fraction of the
-error when rotating back). THEORY.md states no formula; this is the toolkit's.
+error when rotating back). [KR] states no formula for a padded d; this one is the toolkit's.
 
 The rotation is checked against the Sylvester-Hadamard matrix built here (Z H = D X_pad for one
 diagonal of signs D shared by all nodes); the enumeration weighs supports with K5.1's p computed
@@ -57,7 +57,7 @@ def check() -> CheckResult:
         empirical=exact.mse,
         theoretical=closed,
         tolerance=roundoff(closed),
-        note="THEORY.md K5.2 gives no formula; without the d/d' factor the closed form "
+        note="[KR] gives no formula for a padded d; without the d/d' factor the closed form "
         "overstates the error whenever d is not a power of two",
         comparisons=(
             Comparison("rotation = H D (max deviation)", rot_err, 0.0, roundoff(float(Z.max()))),

@@ -52,12 +52,12 @@ class Comparison:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """Outcome of one THEORY.md claim check.
+    """Outcome of the check of one claim of the theory pages.
 
     Attributes
     ----------
     label : str
-        THEORY.md label, e.g. ``"K1.2"``.
+        Label of the theory pages, e.g. ``"K1.2"``.
     claim : str
         The statement checked, in one line.
     method : str

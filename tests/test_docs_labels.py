@@ -110,3 +110,41 @@ def test_a_made_up_label_is_reported(tmp_path):
     assert missing(cited_labels(source), anchors([page])) == ["C8.8", "K9.7"]
     # and the real pages do not define them either
     assert missing({"K9.7", "C8.8"}, anchors(_theory_pages())) == ["C8.8", "K9.7"]
+
+
+# The team's internal reference is not shipped: no page, docstring, CLI message or proofs-check
+# note may send a user to it (its labels are anchored in the theory pages instead).
+INTERNAL_REFERENCE = re.compile(r"THEORY(?:\.md|\s+[KC]\d)")
+
+
+def _shipped_text_files() -> list[Path]:
+    files = [ROOT / "README.md"]
+    for package in PACKAGES:
+        files += sorted((ROOT / package).rglob("*.py"))
+    docs = ROOT / "docs"
+    for pattern in ("*.rst", "*.ipynb", "*.py", "*.md", "*.txt", "*.csv"):
+        files += [
+            p
+            for p in sorted(docs.rglob(pattern))
+            if not {"_build", "api", "auto_examples"} & set(p.relative_to(docs).parts)
+        ]
+    return files
+
+
+def test_no_shipped_text_cites_the_internal_reference():
+    files = _shipped_text_files()
+    assert len(files) > 50
+    cited = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in files
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if INTERNAL_REFERENCE.search(line)
+    ]
+    assert cited == []
+
+
+def test_the_internal_reference_pattern_catches_its_forms():
+    for text in ("see THEORY.md K1.2", "(THEORY C4.5)", "THEORY K6"):
+        assert INTERNAL_REFERENCE.search(text)
+    for text in ("THEORY_TRIES = 6", "the theory pages (K1.2)", "Theory"):
+        assert not INTERNAL_REFERENCE.search(text)

@@ -29,7 +29,7 @@ Z = 5.0  # standard errors allowed in Monte Carlo comparisons
 
 
 def k12_formula(X, p, mu):
-    """K1.2 written out directly from THEORY.md (independent of the encoder's code)."""
+    """K1.2 written out directly from the theory page (independent of the encoder's code)."""
     n = X.shape[0]
     dev = X.astype(np.float64) - mu[:, None]
     return float(np.sum((1.0 / p - 1.0) * dev**2) / n**2)

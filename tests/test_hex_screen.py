@@ -3,7 +3,7 @@ r"""The hexagonal quantizer's nearest point, bit for bit, on inputs built to sit
 What is tested
 --------------
 :class:`~cvfl_theory.compressors.HexLatticeQuantizer` sends, per pair of a row, the index of the
-lattice point nearest to the dithered pair (THEORY C5.2, C5.3). Its message is *defined* by a
+lattice point nearest to the dithered pair (C5.2, C5.3). Its message is *defined* by a
 fixed sequence of float64 operations (IEEE, no FMA): the unit-box coordinates
 ``X = max((v - l) s - 1/2, -1/2)`` of the row range ``[l, h]`` (``s = 1/(h - l)``), the scaled
 coordinates ``x = (X + u_x)/a``, ``y = (Y + u_y)/(\sqrt3 a)``, the two-coset search of

@@ -30,7 +30,7 @@ R_OF = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.float64)
 
 
 def beta(proto, encoded):
-    """beta(Y_i) of THEORY.md K3, computed from the decoded Y (independently of the protocol)."""
+    """beta(Y_i) of K3, computed from the decoded Y (independently of the protocol)."""
     Y = np.asarray(decode(encoded)) if encoded.rotation_seed is None else None
     d, r = encoded.d, proto.r
     rbar = r if encoded.centre_sent else 0

@@ -1,4 +1,4 @@
-"""Algorithm 1 as roles exchanging wire bytes (THEORY C1, C6): the same run as the vectorised train."""
+"""Algorithm 1 as roles exchanging wire bytes (C1, C6): the same run as the vectorised train."""
 
 import numpy as np
 import pytest

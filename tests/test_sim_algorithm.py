@@ -1,4 +1,4 @@
-"""Algorithm 1 (THEORY C1): the joint-SGD oracle, staleness, determinism, bad input."""
+"""Algorithm 1 (C1): the joint-SGD oracle, staleness, determinism, bad input."""
 
 import copy
 

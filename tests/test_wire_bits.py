@@ -3,7 +3,7 @@
 ``8 len = payload_bits + framing_bits`` holds by construction, so it cannot fail. Here the
 messages are parsed by :mod:`proofs_checks._wire_layout`, written from the documented layouts with
 plain integers: the payload region (message minus header, minus CRC, minus < 8 zero padding bits)
-must hold exactly the bits THEORY.md prescribes, counted from the encoder output, and every field
+must hold exactly the bits K3 prescribes, counted from the encoder output, and every field
 read at the prescribed width must equal the encoder output. Then each check is shown to fail on a
 mutated wire that writes indices one bit wider.
 """

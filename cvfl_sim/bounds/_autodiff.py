@@ -1,4 +1,4 @@
-r"""Differentiation primitives shared by the C3 constants and the Lemma-1 probe (THEORY C3, C4.1).
+r"""Differentiation primitives shared by the C3 constants and the Lemma-1 probe (C3, C4.1).
 
 The loss of C0 is seen here as a function of the server parameters :math:`\theta_0` (one flat
 vector) and the concatenated embeddings :math:`Z = [h_1, \dots, h_M]` of a batch, ``(B, ΣP_m)``:

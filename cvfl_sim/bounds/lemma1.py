@@ -6,7 +6,7 @@ Lemma 1 bounds how much the compression errors move each block's gradient:
     \mathbb{E}\|\nabla_m F_B(\Phi_m^t) - \nabla_m F_B(\hat\Phi_m^t)\|^2
     \le H_m^2 G_m^2 \sum_{j\ne m} E_j^{t_0}.
 
-What the two points are (THEORY C1, C2): in round :math:`t_0`, at local step ``t``, block ``m``
+What the two points are (C1, C2): in round :math:`t_0`, at local step ``t``, block ``m``
 steps on :math:`\hat\Phi_m^t = \{\hat\Phi_{-m}^{t_0}; h_m(\theta_m^t)\}` -- its own **fresh**
 embedding and the others' **stale compressed** values: the compressed embeddings
 :math:`C_j(h_j(\theta_j^{t_0}))` and, for a party, the compressed frozen server model

@@ -27,7 +27,7 @@ def new_axes(ax: Any, figsize: tuple[float, float]) -> Any:
 
 
 def plot_bound(check: BoundCheck, ax: Any = None) -> Any:
-    r"""Bar chart of the terms of a bound beside the observed value (THEORY C4.2, C4.4, C4.5).
+    r"""Bar chart of the terms of a bound beside the observed value (C4.2, C4.4, C4.5).
 
     Each form of a :class:`~cvfl_sim.bounds.theorems.BoundCheck` gets its three terms and total on a
     log scale; a dashed line is the observed :math:`\|\nabla F\|^2`.

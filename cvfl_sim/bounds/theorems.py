@@ -1,6 +1,6 @@
-r"""Measured constants and Theorem 4.2 side by side with a real run (THEORY C3, C4.1, C4.2, C9).
+r"""Measured constants and Theorem 4.2 side by side with a real run (C3, C4.1, C4.2, C9).
 
-THEORY C9 ("measured constants") asks to estimate the constants of the C3 assumptions along a
+C9 ("measured constants") asks to estimate the constants of the C3 assumptions along a
 run and to evaluate the C4.2 bound (constants **as recovered**) on the trajectory, reporting
 ``bound / observed``. This module does exactly that:
 

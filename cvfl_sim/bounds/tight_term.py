@@ -1,4 +1,4 @@
-r"""A tight, data-dependent bound on Lemma 1's left side (THEORY C4.5 -- ours, not the paper's).
+r"""A tight, data-dependent bound on Lemma 1's left side (C4.5 -- ours, not the paper's).
 
 Lemma 1 of C-VFL (C4.1, as recovered) bounds the compression perturbation of block ``m``'s
 gradient,
@@ -40,7 +40,7 @@ expectation is over the dither only.
 
 References
 ----------
-1. Castiglia et al., Compressed-VFL, ICML 2022, Lemma 1 (THEORY C4.1).
+1. Castiglia et al., Compressed-VFL, ICML 2022, Lemma 1 (C4.1).
 2. ``docs/tight_term.rst`` (the proof), ``proofs_checks/c4_5_tight_term.py`` (the checks).
 """
 

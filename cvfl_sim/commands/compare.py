@@ -10,7 +10,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``compare`` subcommand."""
     p = subparsers.add_parser(
         "compare",
-        help="compare each compressor's exact error with the paper's table (THEORY C5)",
+        help="compare each compressor's exact error with the paper's table (C5)",
         description="For a random (B, P) embedding, print compare_with_published for the scalar "
         "quantizer, the hexagonal lattice quantizer and top-k at the given bits: exact error, "
         "Monte Carlo error with its standard error, the published bound and their ratio. A "

@@ -18,7 +18,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``optimize`` subcommand."""
     p = subparsers.add_parser(
         "optimize",
-        help="optimal sampling probabilities (and centres) for a bit budget (THEORY K6)",
+        help="optimal sampling probabilities (and centres) for a bit budget (K6)",
         description="Load an (n, d) array from a .npy file, compute the optimal probabilities "
         "p_ij for the bit budget by exact water-filling (or cvxpy), print a summary (budget, MSE, "
         "K6.4 bounds, certificate residuals, time) and optionally save p, mu and the numbers to "

@@ -1,4 +1,4 @@
-"""``cvfl reproduce NAME``: the paper's experiments on offline stand-in data (THEORY C7, C8).
+"""``cvfl reproduce NAME``: the paper's experiments on offline stand-in data (C7, C8).
 
 The training runs of every requested experiment are listed first and computed as one sweep
 (:func:`cvfl_sim.experiments.run_experiments`, :mod:`cvfl_sim.experiments.sweep`): in this process, on

@@ -1,4 +1,4 @@
-"""``cvfl train DATASET``: one C-VFL run (Algorithm 1, THEORY C1) from the command line."""
+"""``cvfl train DATASET``: one C-VFL run (Algorithm 1, C1) from the command line."""
 
 from __future__ import annotations
 

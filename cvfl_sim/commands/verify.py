@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             say(res, end="\n\n")
     say(summary_table(results))
     say()
-    say("THEORY.md claims (proofs_checks): symbolic derivation + numeric pair")
+    say("claims of the theory pages (proofs_checks): symbolic derivation + numeric pair")
     failed = [f"{n}: {r.encoder}" for n, r in results if not r.passed]
     checks = []
     for name, fn in all_checks():

@@ -204,7 +204,7 @@ def plot_runs(
         x axis (bits on a log scale, leaving out the evaluation before the first message).
     metric : str, optional
         ``"accuracy"``, ``"f1"`` or a history column such as ``"train_loss"`` (default: the data
-        set's headline metric, THEORY C7).
+        set's headline metric, C7).
     ax : matplotlib.axes.Axes, optional
         Where to draw; a new pyplot-managed figure otherwise.
     title : str, optional

@@ -1,6 +1,6 @@
 r"""Independent runs of a sweep on an executor, one atomically written file per finished run.
 
-A sweep (THEORY C7, C8: seeds × compressors × bits × data sets) is a list of independent run
+A sweep (C7, C8: seeds × compressors × bits × data sets) is a list of independent run
 specifications, each with a ``key()`` naming its result file ``<folder>/<key>.json``.
 :func:`run_specs`
 

@@ -1,4 +1,4 @@
-r"""The wall-clock time model of the paper's Table 5 (THEORY C7).
+r"""The wall-clock time model of the paper's Table 5 (C7).
 
 Each local iteration costs ``t_compute`` seconds (10 ms in the paper) and each global round one
 round trip ``t_comm`` (1 ms cluster, 10 ms LAN, 50 ms region, 200 ms globe):

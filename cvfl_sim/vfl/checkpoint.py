@@ -1,6 +1,6 @@
 r"""A pickle-free checkpoint file: a JSON header and raw little-endian arrays, checked on read.
 
-:func:`cvfl_sim.train` saves its complete state after every epoch (THEORY C1: models, random
+:func:`cvfl_sim.train` saves its complete state after every epoch (C1: models, random
 generator states, the C6 ledger, the C2 error log, the history) so an interrupted run resumes and
 ends exactly as an uninterrupted one. The file never holds pickled objects, so loading it can never
 run code, and every field is checked against the file's length and the caller's expectations before

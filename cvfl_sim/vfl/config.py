@@ -1,4 +1,4 @@
-r"""The configuration of a C-VFL run and its validation into a run set-up (THEORY C1).
+r"""The configuration of a C-VFL run and its validation into a run set-up (C1).
 
 :class:`CVFLConfig` says what to run; :func:`setup_run` checks all of it against the data set and
 builds the initial models (:class:`RunSetup`) before any training, so bad input is refused with
@@ -35,7 +35,7 @@ process (a Dask worker's) would otherwise draw from each other's seeds."""
 
 @dataclass
 class CVFLConfig:
-    r"""Configuration of a C-VFL run (THEORY C1).
+    r"""Configuration of a C-VFL run (C1).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-r"""Vertically partitioned data sets (THEORY C0, C8).
+r"""Vertically partitioned data sets (C0, C8).
 
 A :class:`VerticalDataset` holds, for ``M`` parties, the feature blocks :math:`X_m \in
 \mathbb{R}^{N \times D_m}` of the *same* ``N`` samples, the labels (known to every party, C0) and a

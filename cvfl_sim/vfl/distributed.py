@@ -1,4 +1,4 @@
-r"""Algorithm 1 (THEORY C1) as separate processes: one per party plus the server, over gloo.
+r"""Algorithm 1 (C1) as separate processes: one per party plus the server, over gloo.
 
 Each process plays one role of :mod:`cvfl_sim.vfl.roles` and sends the compressors' real wire bytes as
 ``uint8`` tensors with ``torch.distributed`` point-to-point messages (gloo backend), each preceded
@@ -369,7 +369,7 @@ def train_distributed(
         Seconds a message may take before its receiver gives up (and the watchdog's stall limit,
         plus a few seconds' grace); it must exceed the longest round, evaluation included.
     delay : float
-        Per-hop message delay in seconds (latency experiments, THEORY C7).
+        Per-hop message delay in seconds (latency experiments, C7).
     start_method : {"forkserver", "spawn"}
         How the processes start.
     fault : (rank, round, "kill" | "hang"), optional

@@ -1,4 +1,4 @@
-r"""Evaluation of the uncompressed model: full training loss, test accuracy and F1 (THEORY C1, C4)."""
+r"""Evaluation of the uncompressed model: full training loss, test accuracy and F1 (C1, C4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-r"""The exact bit ledger of C-VFL (THEORY C6).
+r"""The exact bit ledger of C-VFL (C6).
 
 Every message of Algorithm 1 (C1) is counted in payload bits, as reported by the compressor that
 produced it (``compressor.payload_bits(shape)``):

@@ -155,7 +155,7 @@ def checkpoint_arrays(
 
 
 class RunRecord:
-    r"""What a run records beside Algorithm 1 (THEORY C1): C6 ledger, C2 error log, history.
+    r"""What a run records beside Algorithm 1 (C1): C6 ledger, C2 error log, history.
 
     Shared by every execution strategy — the vectorised loop of :mod:`cvfl_sim.vfl.vectorised` and the roles of
     :mod:`cvfl_sim.vfl.roles`, in one process or one per role — so that their ledgers, per-round

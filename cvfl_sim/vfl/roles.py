@@ -1,6 +1,6 @@
 r"""Algorithm 1 of [CVFL] as a conversation: :class:`Party` and :class:`Server` exchange real bytes.
 
-THEORY C1, C6. Each role owns what it owns in a deployment:
+C1, C6. Each role owns what it owns in a deployment:
 
 - a :class:`Party` ``m`` (``1..M``) owns :math:`\theta_m`, its feature block :math:`X_m`, the
   labels (C0: all parties know them), its compressor's dither stream, its copy of the frozen
@@ -348,7 +348,7 @@ def run_roles(
     on_round: Callable[[int], None] | None = None,
     fault: Callable[[int, int], None] | None = None,
 ) -> RunResult | None:
-    r"""Run Algorithm 1 (THEORY C1) for the roles of ``ranks`` (0 = server, ``m`` = party ``m``).
+    r"""Run Algorithm 1 (C1) for the roles of ``ranks`` (0 = server, ``m`` = party ``m``).
 
     In one process ``ranks`` holds every rank; under :mod:`cvfl_sim.vfl.distributed` each process
     runs one. Every process builds the same initial models from the seed (``train``'s set-up).
@@ -546,7 +546,7 @@ def train_roles(
 ) -> RunResult:
     r"""``train(..., backend="roles")``: all roles in this process, messages through queues.
 
-    Same result as the vectorised ``train`` (THEORY C1), plus ``summary["bytes_sent"]``: per
+    Same result as the vectorised ``train`` (C1), plus ``summary["bytes_sent"]``: per
     rank, the ``"algorithm"`` and ``"measurement"`` bytes sent (frames included), and
     ``summary["round_seconds"]``. In one process the roles run one after another, so a
     ``delay`` adds up over the parties' uploads; :func:`~cvfl_sim.vfl.distributed.train_distributed`

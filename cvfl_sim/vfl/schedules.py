@@ -1,4 +1,4 @@
-r"""Step-size schedules :math:`\eta^{t_0}` and compression schedules (THEORY C1, C4).
+r"""Step-size schedules :math:`\eta^{t_0}` and compression schedules (C1, C4).
 
 The step size is constant within a global round: it is evaluated at the round's first local
 iteration :math:`t_0` (C1, "η^{t0}"). Three schedules cover C4.2–C4.4: :class:`Constant`,

@@ -1,4 +1,4 @@
-r"""The pieces of a round that every execution strategy shares (THEORY C1).
+r"""The pieces of a round that every execution strategy shares (C1).
 
 The mini-batches of an epoch, the SGD step of a block and the error of a diverged run.
 """

@@ -1,7 +1,7 @@
-r"""How the messages of Algorithm 1 (THEORY C1) travel: length-prefixed byte frames between ranks.
+r"""How the messages of Algorithm 1 (C1) travel: length-prefixed byte frames between ranks.
 
 Rank ``0`` is the server (:math:`m = 0`) and rank ``m`` is party ``m`` (:math:`m = 1..M`), as in
-THEORY C0. A message is a byte string — for the algorithm's own messages the compressor's wire
+C0. A message is a byte string — for the algorithm's own messages the compressor's wire
 bytes (:meth:`~cvfl_theory.compressors.Compressed.to_bytes`) — sent as one *frame*: its length
 (one ``int64``, :data:`FRAME_BYTES` bytes), then the bytes. Every transport counts the bytes each rank sends, split by
 kind:
@@ -36,7 +36,7 @@ KINDS = ("algorithm", "measurement")
 
 
 def rank_name(rank: int) -> str:
-    """``"the server"`` for rank 0, ``"party m"`` for rank ``m >= 1`` (THEORY C0 numbering)."""
+    """``"the server"`` for rank 0, ``"party m"`` for rank ``m >= 1`` (C0 numbering)."""
     return "the server" if rank == 0 else f"party {rank}"
 
 

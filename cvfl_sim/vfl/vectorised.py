@@ -96,7 +96,7 @@ def _exact_identity(c: Any, dtype: torch.dtype) -> bool:
 
     True for :class:`~cvfl_theory.compressors.Identity` at the data's own precision (``r = 32``
     for float32, ``r = 64`` for float64): it sends every component as that IEEE float and draws
-    no randomness (THEORY C5), so skipping the call changes neither the result nor any generator.
+    no randomness (C5), so skipping the call changes neither the result nor any generator.
     """
     from cvfl_theory.compressors import Identity
 

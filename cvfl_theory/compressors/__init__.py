@@ -1,4 +1,4 @@
-r"""C-VFL compressors with exact error laws (THEORY C2, C5).
+r"""C-VFL compressors with exact error laws (C2, C5).
 
 One concept per module: :mod:`.base` (interface and wire format), :mod:`.identity`,
 :mod:`.scalar` (C5.1), :mod:`.hexagonal` (C5.2, C5.3), :mod:`.topk` (C5.4) and :mod:`.report`

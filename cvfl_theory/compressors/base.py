@@ -1,4 +1,4 @@
-r"""The compressor interface of C-VFL (THEORY C2, C5) and the :class:`Compressed` wire format.
+r"""The compressor interface of C-VFL (C2, C5) and the :class:`Compressed` wire format.
 
 A :class:`Compressor` maps an embedding matrix :math:`h \in \mathbb{R}^{B \times P}` (or a vector of
 length :math:`P`) to a :class:`Compressed` message and back. Every compressor knows
@@ -525,7 +525,7 @@ def _check_device(raw: bytes, is_torch: bool, expected: str | None) -> str:
 
 
 class Compressor(ABC):
-    r"""A C-VFL compressor :math:`C_m` (THEORY C2, C5): ``compress``, ``decompress`` and its laws.
+    r"""A C-VFL compressor :math:`C_m` (C2, C5): ``compress``, ``decompress`` and its laws.
 
     Subclasses implement the numpy kernels ``_compress`` / ``_decompress``, the payload coding
     ``_write_payload`` / ``_read_payload``, ``payload_bits`` and the error formulas. Inputs are
@@ -626,7 +626,7 @@ class Compressor(ABC):
 
     @abstractmethod
     def expected_error(self, x_or_shape: Any) -> float:
-        r"""Exact :math:`\mathbb{E}\|C(x) - x\|_F^2` (THEORY C2), from ``x`` or a shape tuple."""
+        r"""Exact :math:`\mathbb{E}\|C(x) - x\|_F^2` (C2), from ``x`` or a shape tuple."""
 
     @abstractmethod
     def published_bound(self, x_or_shape: Any) -> float:

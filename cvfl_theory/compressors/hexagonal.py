@@ -1,4 +1,4 @@
-r"""Dithered hexagonal (:math:`A_2`) lattice vector quantization (THEORY C5.2, C5.3, C5.5)."""
+r"""Dithered hexagonal (:math:`A_2`) lattice vector quantization (C5.2, C5.3, C5.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-r"""What the dithered range quantizers share (THEORY C5.1, C5.2, C5.5).
+r"""What the dithered range quantizers share (C5.1, C5.2, C5.5).
 
 :class:`RangeQuantizer` is the base of :class:`~cvfl_theory.compressors.ScalarQuantizer` and
 :class:`~cvfl_theory.compressors.HexLatticeQuantizer`: the constructor arguments ``(bits, range,

@@ -168,7 +168,7 @@ def compare_with_published(
 
     Notes
     -----
-    Shows the two findings of THEORY C5: the scalar quantizer's exact error exceeds the published
+    Shows the two findings of C5: the scalar quantizer's exact error exceeds the published
     :math:`2^{-2q}` form by :math:`(2^q/(2^q-1))^2` (C5.1), and the hexagonal lattice's by
     :math:`10/(3\sqrt3) \approx 1.92` (C5.2).
 

@@ -1,4 +1,4 @@
-r"""Dithered uniform scalar quantization (THEORY C5.1, C5.5)."""
+r"""Dithered uniform scalar quantization (C5.1, C5.5)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class ScalarQuantizer(RangeQuantizer):
 
     References
     ----------
-    1. Castiglia et al., Compressed-VFL, ICML 2022, Table (THEORY C5).
+    1. Castiglia et al., Compressed-VFL, ICML 2022, Table (C5).
     2. L. Schuchman, Dither signals and their effect on quantization noise, 1964.
 
     Examples

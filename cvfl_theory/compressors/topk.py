@@ -1,4 +1,4 @@
-r"""Per-row magnitude top-k sparsification (THEORY C5.4).
+r"""Per-row magnitude top-k sparsification (C5.4).
 
 A kept value beyond the largest finite float of the wire's width ``r`` is refused with a
 ``ValueError`` naming the value and the representable range (never sent as ``inf``, never clipped).
