@@ -42,6 +42,8 @@ docs: $(STAMP)
 	rm -rf docs/_build/html docs/_build/doctrees
 	$(BIN)/sphinx-build -W --keep-going -q -b html -d docs/_build/doctrees docs docs/_build/html
 	$(BIN)/python docs/check_offline.py docs/_build/html
+	@if grep -rlI "THEORY\.md" docs/_build/html; then \
+		echo "the pages above cite THEORY.md, a file users do not have"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) docs/_build docs/auto_examples .pytest_cache .mypy_cache .ruff_cache

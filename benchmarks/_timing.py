@@ -99,13 +99,28 @@ def _cpu_flags() -> list[str]:
         return []
 
 
+def _cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (empty if it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), ""
+            )
+    except OSError:
+        return ""
+
+
 def cpu_line() -> str:
-    """One line naming the CPU's AVX2/AVX-512 flags (from ``/proc/cpuinfo``)."""
+    """One line naming the CPU model, its AVX2/AVX-512 flags and cores (``/proc/cpuinfo``)."""
     flags = _cpu_flags()
     if not flags:
         return "cpu: unknown (no /proc/cpuinfo)"
     has = [name for name in ("avx512f", "avx512dq", "avx2") if name in flags]
-    return f"cpu: {', '.join(has) or 'no AVX2/AVX-512'}"
+    model = _cpu_model()
+    return (
+        f"cpu: {model + '; ' if model else ''}{', '.join(has) or 'no AVX2/AVX-512'}; "
+        f"{os.cpu_count()} cores"
+    )
 
 
 def verdict(value: float, target: float, smaller_is_better: bool = True) -> str:

@@ -50,6 +50,7 @@ from .sampling import bernoulli_support, bernoulli_support_varying, k_subset_sup
 
 __all__ = [
     "Encoder",
+    "CENTRE_NAMES",
     "IndependentEncoder",
     "FixedSizeEncoder",
     "BinaryQuantizationEncoder",
@@ -60,14 +61,14 @@ __all__ = [
 CentreSpec = Any
 """``"mean" | "zero" | "min" | float | array of shape (n,)``."""
 
-_CENTRE_NAMES = ("mean", "zero", "min")
+CENTRE_NAMES = ("mean", "zero", "min")
 
 
 def _check_centre_spec(mu: CentreSpec) -> CentreSpec:
     if isinstance(mu, str):
-        if mu not in _CENTRE_NAMES:
+        if mu not in CENTRE_NAMES:
             raise ValueError(
-                f"mu must be one of {_CENTRE_NAMES}, a float or an (n,) array; got {mu!r}"
+                f"mu must be one of {CENTRE_NAMES}, a float or an (n,) array; got {mu!r}"
             )
         return mu
     arr = as_float_array(mu, "mu", ndims=tuple(range(33)), finite=False)

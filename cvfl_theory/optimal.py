@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,7 @@ from ._validate import (
     raise_mse_overflow,
 )
 from .bitpack import FLOAT_DTYPES
-from .encoders import CentreSpec, IndependentEncoder
+from .encoders import CENTRE_NAMES, CentreSpec, IndependentEncoder
 from .protocols import index_bits
 from .waterfill import Certificate, WaterFillResult, check_budget, water_fill
 
@@ -604,7 +604,7 @@ class OptimalResult:
         return (
             f"OptimalResult(p: {tuple(k['shape'])}, method={self.method!r}, "
             f"protocol={self.protocol!r}, budget={budget}, expected_bits={self.expected_bits:.6g}, "
-            f"mse={self.mse:.6g}, lambda={lam}, certified={k['certified']})"
+            f"mse={self.mse:.6g}, threshold={lam}, certified={k['certified']})"
         )
 
     def _repr_html_(self) -> str:
@@ -615,6 +615,204 @@ class OptimalResult:
             for name, v in self.key_numbers().items()
         ]
         return Table(["quantity", "value"], rows, title="OptimalResult (K6)")._repr_html_()
+
+    # ---------------------------------------------------------------- keeping results
+    def _fields(self) -> dict[str, Any]:
+        certs = self.certificate
+        cert: Any = None
+        if isinstance(certs, Certificate):
+            cert = asdict(certs)
+        elif isinstance(certs, tuple):
+            cert = [asdict(c) for c in certs]
+        return {
+            "method": self.method,
+            "protocol": self.protocol,
+            "r": self.r,
+            "budget": self.budget,
+            "mse": self.mse,
+            "objective": self.objective,
+            "expected_bits": self.expected_bits,
+            "saturated": self.saturated,
+            "low_budget": self.low_budget,
+            "history": [float(h) for h in self.history],
+            "iterations": self.iterations,
+            "converged": self.converged,
+            "seconds": self.seconds,
+            "solver_status": self.solver_status,
+            "lower_bound": self.lower_bound,
+            "certificate": cert,
+            "mu_spec": self._mu_spec if isinstance(self._mu_spec, str) else None,
+        }
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        arrays = {
+            "p": np.asarray(self._p_np, dtype=np.float64),
+            "mu": _numpy(self.mu).astype(np.float64),
+            "threshold": np.asarray(self.threshold, dtype=np.float64),
+        }
+        if self.per_node_budget is not None:
+            arrays["per_node_budget"] = np.asarray(self.per_node_budget, dtype=np.float64)
+        if not isinstance(self._mu_spec, str) and self._mu_spec is not None:
+            arrays["mu_spec"] = np.asarray(self._mu_spec, dtype=np.float64)
+        return arrays
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything as JSON-able values: the fields, and ``p``, ``mu`` as nested lists.
+
+        Non-finite floats are kept as floats (``json.dumps`` needs ``allow_nan``; :meth:`save`
+        writes standard JSON).
+        """
+        out = self._fields()
+        out.update({k: v.tolist() for k, v in self._arrays().items()})
+        out["certified"] = self.certified()
+        return out
+
+    def to_dataframe(self) -> Any:
+        """One row per entry ``(i, j)``: ``node``, ``coordinate``, ``p``, and the node's ``mu``.
+
+        Needs pandas (``cvfl[dataframe]``).
+        """
+        from ._export import dataframe
+
+        p = np.asarray(self._p_np, dtype=np.float64)
+        mu = _numpy(self.mu).astype(np.float64)
+        n, d = p.shape
+        nodes, coords = np.divmod(np.arange(n * d), d)
+        rows = zip(nodes.tolist(), coords.tolist(), p.ravel().tolist(), mu[nodes].tolist())
+        return dataframe(["node", "coordinate", "p", "mu"], list(rows))
+
+    def save(self, path: Any) -> str:
+        """Write the result (JSON with raw arrays, no pickle; ``.json`` appended if missing).
+
+        :meth:`load` reads it back; ``p`` and ``mu`` come back as numpy arrays.
+        """
+        from .store import write_result
+
+        return write_result(path, "OptimalResult", self._fields(), self._arrays())
+
+    @classmethod
+    def load(cls, path: Any) -> OptimalResult:
+        """Read a result written by :meth:`save`, every field checked for type and meaning.
+
+        Raises
+        ------
+        ValueError
+            Not such a file, or a field out of range (``p`` outside ``[0, 1]`` or of another
+            shape than ``mu`` allows, a protocol or ``r`` this module does not produce, a
+            certificate with other fields); the message names the file.
+        """
+        from .store import checked_field, read_result
+
+        fields, arrays = read_result(path, "OptimalResult")
+        where = repr(str(path))
+        f = {
+            name: checked_field(fields, name, kind, where)
+            for name, kind in (
+                ("method", str),
+                ("protocol", str),
+                ("r", int),
+                ("mse", (int, float)),
+                ("objective", (int, float)),
+                ("expected_bits", (int, float)),
+                ("saturated", bool),
+                ("low_budget", bool),
+                ("history", list),
+                ("iterations", int),
+                ("converged", bool),
+                ("seconds", (int, float)),
+                ("solver_status", str),
+                ("lower_bound", (int, float)),
+            )
+        }
+        budget = fields.get("budget")
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, (int, float))
+        ):
+            raise ValueError(f"{where}: budget must be a number or null, got {budget!r}")
+        if f["method"] not in ("exact", "cvxpy") or f["protocol"] not in PROTOCOLS:
+            raise ValueError(f"{where}: method {f['method']!r} / protocol {f['protocol']!r}")
+        if f["r"] not in FLOAT_DTYPES:
+            raise ValueError(f"{where}: r must be one of {sorted(FLOAT_DTYPES)}, got {f['r']}")
+        if f["iterations"] < 0 or not all(
+            isinstance(h, (int, float)) and not isinstance(h, bool) for h in f["history"]
+        ):
+            raise ValueError(f"{where}: iterations must be >= 0 and history numbers")
+        missing = {"p", "mu", "threshold"} - set(arrays)
+        if missing:
+            raise ValueError(f"{where}: missing arrays {sorted(missing)}")
+        p, mu = arrays["p"], arrays["mu"]
+        if p.dtype != np.float64 or p.ndim != 2 or mu.shape != (p.shape[0],):
+            raise ValueError(
+                f"{where}: p must be (n, d) float64 and mu (n,), got {p.shape}, {mu.shape}"
+            )
+        if not (np.isfinite(p).all() and p.min(initial=0.0) >= 0 and p.max(initial=0.0) <= 1):
+            raise ValueError(f"{where}: p must hold probabilities in [0, 1]")
+        if not np.isfinite(mu).all():
+            raise ValueError(f"{where}: mu must be finite")
+        threshold: Any = arrays["threshold"]
+        threshold = float(threshold) if threshold.ndim == 0 else threshold
+        per_node = arrays.get("per_node_budget")
+        for name, a in (("threshold", arrays["threshold"]), ("per_node_budget", per_node)):
+            if a is not None and a.ndim != 0 and a.shape != mu.shape:
+                raise ValueError(f"{where}: {name} must be a scalar or (n,), got {a.shape}")
+        cert = _certificates(fields.get("certificate"), where)
+        mu_spec: Any = fields.get("mu_spec")
+        if mu_spec is None:
+            mu_spec = arrays.get("mu_spec", mu)
+            if mu_spec.ndim == 0:
+                mu_spec = float(mu_spec)
+            elif mu_spec.shape != mu.shape:
+                raise ValueError(f"{where}: mu_spec must be a number or (n,), got {mu_spec.shape}")
+        elif mu_spec not in CENTRE_NAMES:
+            raise ValueError(f"{where}: mu_spec must be one of {CENTRE_NAMES} or an array")
+        return cls(
+            p=p,
+            mu=mu,
+            mse=float(f["mse"]),
+            objective=float(f["objective"]),
+            budget=None if budget is None else float(budget),
+            per_node_budget=per_node,
+            expected_bits=float(f["expected_bits"]),
+            protocol=f["protocol"],
+            r=f["r"],
+            method=f["method"],
+            threshold=threshold,
+            certificate=cert,
+            saturated=f["saturated"],
+            low_budget=f["low_budget"],
+            history=[float(h) for h in f["history"]],
+            iterations=f["iterations"],
+            converged=f["converged"],
+            seconds=float(f["seconds"]),
+            solver_status=f["solver_status"],
+            lower_bound=float(f["lower_bound"]),
+            _mu_spec=mu_spec,
+            _p_np=p,
+        )
+
+
+def _numpy(a: Any) -> np.ndarray:
+    return np.asarray(a.detach().cpu().numpy() if hasattr(a, "detach") else a)
+
+
+def _certificates(v: Any, where: str) -> Any:
+    """A stored certificate (a dict, a list of dicts or None) as :class:`Certificate` objects."""
+    if v is None:
+        return None
+    names = {f.name for f in fields(Certificate)}
+
+    def one(d: Any) -> Certificate:
+        if (
+            not isinstance(d, dict)
+            or set(d) != names
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in d.values())
+        ):
+            raise ValueError(f"{where}: a certificate must have the numbers {sorted(names)}")
+        return Certificate(**{k: float(x) for k, x in d.items()})
+
+    if isinstance(v, list):
+        return tuple(one(d) for d in v)
+    return one(v)
 
 
 # ----------------------------------------------------------------------------- p-step solvers

@@ -127,38 +127,107 @@ class VerifyResult:
         )
         return df
 
+    def _raw(self) -> dict[str, Any]:
+        return {
+            "encoder": self.encoder,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "trials": self.trials,
+            "passed": self.passed,
+            "checks": [
+                {
+                    "quantity": c.quantity,
+                    "theoretical": c.theoretical,
+                    "empirical": c.empirical,
+                    "se": c.se,
+                    "z": c.z,
+                    "threshold": c.threshold,
+                    "passed": c.passed,
+                }
+                for c in self.checks
+            ],
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able summary: the run's description, verdict and every check's numbers.
 
         Non-finite numbers (an infinite ``z``) are strings, as in saved results.
         """
-        return json_safe(
-            {
-                "encoder": self.encoder,
-                "shape": list(self.shape),
-                "dtype": self.dtype,
-                "trials": self.trials,
-                "passed": self.passed,
-                "checks": [
-                    {
-                        "quantity": c.quantity,
-                        "theoretical": c.theoretical,
-                        "empirical": c.empirical,
-                        "se": c.se,
-                        "z": c.z,
-                        "threshold": c.threshold,
-                        "passed": c.passed,
-                    }
-                    for c in self.checks
-                ],
+        return json_safe(self._raw())
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "the result") -> VerifyResult:
+        """Rebuild a result from :meth:`to_dict` (or a result file's fields), checking each field.
+
+        Raises
+        ------
+        ValueError
+            A missing or mistyped field, or a stored verdict that its checks contradict.
+        """
+        from .store import checked_field, decode_value
+
+        d = decode_value(_restore_strings(d))
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: a VerifyResult is a JSON object")
+        shape = checked_field(d, "shape", list, where)
+        if len(shape) != 2 or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in shape
+        ):
+            raise ValueError(f"{where}: shape must be two sizes >= 1, got {shape!r}")
+        checks = []
+        for i, c in enumerate(checked_field(d, "checks", list, where)):
+            w = f"{where}, check {i}"
+            if not isinstance(c, dict):
+                raise ValueError(f"{w}: a check is a JSON object")
+            nums = {
+                k: float(checked_field(c, k, (int, float), w))
+                for k in ("theoretical", "empirical", "se", "z", "threshold")
             }
+            checks.append(Check(quantity=checked_field(c, "quantity", str, w), **nums))
+        res = cls(
+            encoder=checked_field(d, "encoder", str, where),
+            shape=(shape[0], shape[1]),
+            dtype=checked_field(d, "dtype", str, where),
+            trials=checked_field(d, "trials", int, where),
+            checks=checks,
         )
+        if "passed" in d and d["passed"] is not res.passed:
+            raise ValueError(f"{where}: the stored verdict contradicts its checks")
+        return res
+
+    def save(self, path: Any) -> str:
+        """Write the result file (JSON, no pickle; ``.json`` appended); :meth:`load` reads it."""
+        from .store import write_result
+
+        return write_result(path, "VerifyResult", self._raw())
+
+    @classmethod
+    def load(cls, path: Any) -> VerifyResult:
+        """Read a result file written by :meth:`save`, every field checked."""
+        from .store import read_result
+
+        fields, _ = read_result(path, "VerifyResult")
+        return cls.from_dict(fields, repr(str(path)))
 
     def __str__(self) -> str:
         return str(self.table())
 
     def _repr_html_(self) -> str:
         return self.table()._repr_html_()
+
+
+def _restore_strings(v: Any) -> Any:
+    """``"inf"``, ``"-inf"``, ``"nan"`` strings of :meth:`VerifyResult.to_dict` back to floats."""
+    if isinstance(v, dict):
+        return {
+            k: (
+                float(x) if x in ("inf", "-inf", "nan") and k != "quantity" else _restore_strings(x)
+            )
+            for k, x in v.items()
+        }
+    if isinstance(v, list):
+        return [_restore_strings(x) for x in v]
+    return v
 
 
 def _z(emp: float, theo: float, se: float, scale: float) -> float:

@@ -12,6 +12,7 @@ import re
 import sys
 
 import matplotlib
+from docutils.parsers.rst import directives
 from sphinx.directives.patches import CSVTable
 
 sys.path.insert(0, os.path.abspath(".."))
@@ -20,6 +21,9 @@ sys.path.insert(0, os.path.abspath(".."))
 # MPLBACKEND such as Agg would make every plot in an executed notebook vanish from its outputs.
 matplotlib.use("Agg")
 os.environ.pop("MPLBACKEND", None)
+# no progress bars in the built pages: a widget would need the Jupyter widgets' scripts from a
+# CDN, and a text bar is noise on a static page (the notebook kernels inherit this)
+os.environ["CVFL_PROGRESS"] = "0"
 
 project = "cvfl"
 author = "the cvfl developers"
@@ -99,6 +103,8 @@ API_SECTIONS = [
             "cvfl_sim.vfl.train",
             "cvfl_sim.vfl.config",
             "cvfl_sim.vfl.data",
+            "cvfl_sim.vfl.paper_files",
+            "cvfl_sim.vfl.sources",
             "cvfl_sim.vfl.models",
             "cvfl_sim.vfl.compressors",
             "cvfl_sim.vfl.schedules",
@@ -296,7 +302,11 @@ class MarkdownTable(CSVTable):
     for reading (``cvfl_sim.experiments.tables.write_table``); this is ``csv-table`` fed from the
     ``.md``, so the page shows the rounded numbers and follows every rerun. The first row is the
     header; the table gets the ``cvfl-results`` class (compact, scrolls when wide).
+    ``:columns: a, b=label, ...`` keeps only the named columns (renamed after ``=``), so that a
+    page shows the few that fit; the page then links the whole file.
     """
+
+    option_spec = {**CSVTable.option_spec, "columns": directives.unchanged}
 
     def get_csv_data(self):
         lines, source = super().get_csv_data()
@@ -308,6 +318,15 @@ class MarkdownTable(CSVTable):
             raise self.error(
                 f"md-table: rows {ragged} of {source} do not have the header's {len(rows[0])} cells"
             )
+        if "columns" in self.options:
+            wanted = [c.strip() for c in self.options["columns"].split(",") if c.strip()]
+            names = [c.split("=", 1)[0].strip() for c in wanted]
+            missing = [n for n in names if n not in rows[0]]
+            if missing:
+                raise self.error(f"md-table: {source} has no columns {missing}")
+            keep = [rows[0].index(n) for n in names]
+            labels = [c.split("=", 1)[1].strip() if "=" in c else c for c in wanted]
+            rows = [labels] + [[row[k] for k in keep] for row in rows[1:]]
         out = io.StringIO()
         csv.writer(out, lineterminator="\n").writerows(rows)
         return out.getvalue().splitlines(), source

@@ -6,6 +6,9 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+_RELATIONS = ("==", "<=", ">=")
 
 
 def _agrees(empirical: float, theoretical: float, tolerance: float, relation: str) -> bool:
@@ -106,6 +109,82 @@ class CheckResult:
     def passed(self) -> bool:
         """Symbolic verdict (if any), the main numeric pair and every comparison all hold."""
         return self.numeric_ok and self.symbolic is not False and not self.failed_comparisons
+
+    def to_dict(self) -> dict[str, Any]:
+        """The check's fields and verdict, as :meth:`from_dict` reads them.
+
+        Non-finite numbers stay floats (``cvfl verify --json`` writes them as strings).
+        """
+        return {
+            "label": self.label,
+            "claim": self.claim,
+            "method": self.method,
+            "symbolic": self.symbolic,
+            "empirical": self.empirical,
+            "theoretical": self.theoretical,
+            "tolerance": self.tolerance,
+            "relation": self.relation,
+            "note": self.note,
+            "passed": self.passed,
+            "comparisons": [
+                {
+                    "name": c.name,
+                    "empirical": c.empirical,
+                    "theoretical": c.theoretical,
+                    "tolerance": c.tolerance,
+                    "relation": c.relation,
+                    "ok": c.ok,
+                }
+                for c in self.comparisons
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "the check") -> CheckResult:
+        """A check from :meth:`to_dict`, each field checked; a stored verdict must agree."""
+        from cvfl_theory.store import checked_field
+
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: a check is a JSON object")
+
+        def numbers(x: dict[str, Any], w: str) -> dict[str, float]:
+            return {
+                k: float(checked_field(x, k, (int, float), w))
+                for k in ("empirical", "theoretical", "tolerance")
+            }
+
+        def relation(x: dict[str, Any], w: str) -> str:
+            rel = checked_field(x, "relation", str, w)
+            if rel not in _RELATIONS:
+                raise ValueError(f"{w}: relation must be one of {_RELATIONS}, got {rel!r}")
+            return str(rel)
+
+        comparisons = []
+        for i, c in enumerate(checked_field(d, "comparisons", list, where)):
+            w = f"{where}, comparison {i}"
+            if not isinstance(c, dict):
+                raise ValueError(f"{w}: a comparison is a JSON object")
+            comparisons.append(
+                Comparison(
+                    name=checked_field(c, "name", str, w), relation=relation(c, w), **numbers(c, w)
+                )
+            )
+        symbolic = d.get("symbolic")
+        if symbolic is not None and not isinstance(symbolic, bool):
+            raise ValueError(f"{where}: symbolic must be true, false or null")
+        res = cls(
+            label=checked_field(d, "label", str, where),
+            claim=checked_field(d, "claim", str, where),
+            method=checked_field(d, "method", str, where),
+            symbolic=symbolic,
+            relation=relation(d, where),
+            note=checked_field(d, "note", str, where),
+            comparisons=tuple(comparisons),
+            **numbers(d, where),
+        )
+        if "passed" in d and d["passed"] is not res.passed:
+            raise ValueError(f"{where}: the stored verdict contradicts its numbers")
+        return res
 
     def row(self) -> str:
         """One text line for a report (failing comparisons are appended)."""

@@ -172,7 +172,7 @@ def test_cli_bad_dataset_exit_code(capsys):
     from cvfl_sim.commands.cli import main
 
     assert main(["bound", "--dataset", "no-such-data"]) == 2
-    assert capsys.readouterr().err.startswith("cvfl: error: unknown data set name")
+    assert capsys.readouterr().err.startswith("cvfl: error: unknown data set 'no-such-data'")
     assert main(["bound", "--every", "0"]) == 2
     assert "--every" in capsys.readouterr().err
 

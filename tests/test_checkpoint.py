@@ -1,5 +1,6 @@
 """The pickle-free checkpoint of ``train(..., checkpoint=...)``: exact resume, hostile files refused."""
 
+import dataclasses
 import json
 import os
 import pickle
@@ -65,6 +66,15 @@ def test_interrupted_run_resumes_bit_identical(saved, tmp_path):
     assert resumed == full  # history, per-round log, ledger totals
     for a, b in zip(run_params(full), run_params(resumed)):
         assert a.dtype == torch.float64 and torch.equal(a, b)
+
+
+def test_a_progress_bar_does_not_change_which_run_a_checkpoint_belongs_to(saved, tmp_path, capsys):
+    ds, _, data, full = saved
+    ck = tmp_path / "run.ckpt"
+    ck.write_bytes(data)  # written by a run without a bar
+    resumed = train(ds, dataclasses.replace(CFG, progress=True), checkpoint=ck)
+    assert resumed.history == full.history
+    assert "C-VFL" in capsys.readouterr().err  # the bar was shown, on stderr
 
 
 def test_file_is_not_a_pickle_and_holds_no_pickle_opcodes(saved):

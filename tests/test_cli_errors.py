@@ -64,7 +64,7 @@ def test_reproduce_choices_are_the_experiments():
     ("command", "shown"),
     [
         ("train", ["local steps per round (default: 10)", "(default: none)", "(default: 0.05)"]),
-        ("compare", ["bits per component (default: 2)", "Monte Carlo trials (default: 200)"]),
+        ("compare", ["e.g. 1-8 (default: 2)", "Monte Carlo trials (default: 200)"]),
         ("optimize", ["(default: sparse)", "bits per float (default: 32)"]),
         ("reproduce", ["(default: results)", "(default: 0.95)"]),
         ("verify", ["Monte Carlo trials (default: 1000)"]),
@@ -89,10 +89,12 @@ def no_training(monkeypatch):
         raise AssertionError("work started before the arguments were checked")
 
     import cvfl_sim.vfl.data
+    import cvfl_sim.vfl.sources
     import cvfl_sim.vfl.train
 
     monkeypatch.setattr(cvfl_sim.vfl.train, "train", boom)
     monkeypatch.setattr(cvfl_sim.vfl.data, "load_dataset", boom)
+    monkeypatch.setattr(cvfl_sim.vfl.sources.DataSource, "load", boom)
     monkeypatch.setattr(ex, "run_experiment", boom)
 
 
@@ -103,8 +105,9 @@ def no_training(monkeypatch):
         (["train", "breast-cancer", "--compressor", "scalar"], ["needs --bits"]),
         (["train", "breast-cancer", "--compressor", "topk", "--bits", "40"], ["[1, 32]"]),
         (["compare", "--trials", "1"], ["--trials must be >= 2"]),
-        (["compare", "--bits", "0"], ["--bits must be >= 1"]),
-        (["compare", "--bits", "40"], ["no compressor works"]),
+        (["compare", "--bits", "0"], ["--bits must be in [1, 32]"]),
+        (["compare", "--bits", "40"], ["--bits must be in [1, 32]"]),
+        (["compare", "--bits", "3-1"], ["--bits must be a width, a range A-B"]),
         (["verify", "--trials", "1"], ["--trials must be >= 2"]),
         (["reproduce", "curves", "--seeds", "0"], ["--seeds must be >= 1"]),
         (["reproduce", "curves", "--target-fraction", "nan"], ["--target-fraction"]),

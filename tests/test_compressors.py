@@ -404,7 +404,7 @@ def test_compare_subcommand(capsys):
     out = capsys.readouterr().out
     assert out.count("exact / published") == 3 and "1.925" in out
     bad = parser.parse_args(["compare", "--bits", "0"])
-    with pytest.raises(ValueError, match="--bits must be >= 1"):
+    with pytest.raises(ValueError, match="--bits must be in \\[1, 32\\]"):
         bad.func(bad)
 
 

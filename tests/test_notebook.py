@@ -98,3 +98,25 @@ def test_plot_helper_displays_an_image_in_a_notebook(run_notebook):
     assert len(images) == 1, f"expected one image output, got {[o.get('data', o) for o in outputs]}"
     png = base64.b64decode(images[0])
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+
+
+def test_training_in_a_notebook_shows_a_progress_widget(run_notebook):
+    cell = (
+        "from cvfl_sim import CVFLConfig, load_dataset, train\n"
+        "run = train(load_dataset('breast-cancer'), CVFLConfig(Q=2, epochs=2, progress=True))\n"
+        "print('rows', len(run.history))"
+    )
+    quiet = "train(load_dataset('breast-cancer'), CVFLConfig(Q=2, epochs=1)); print('quiet')"
+    first, second = run_notebook([cell, quiet])
+    assert not [o for o in first.outputs if o.output_type == "error"], first.outputs
+    # tqdm.auto in a kernel with ipywidgets: a widget view (with a text fallback)
+    widgets = [
+        o
+        for o in first.outputs
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
+    assert widgets, [o.get("data", o) for o in first.outputs]
+    assert widgets[0]["data"]["text/plain"].startswith("C-VFL breast-cancer:")
+    assert any("rows 3" in o.get("text", "") for o in first.outputs)
+    # progress=False (the default): nothing but the cell's own print
+    assert [o.get("text", "") for o in second.outputs] == ["quiet\n"]

@@ -34,13 +34,13 @@ def test_optimal_result_repr_is_one_short_line():
         ("mse", res.mse),
         ("expected_bits", res.expected_bits),
         ("budget", res.budget),
-        ("lambda", res.threshold),
+        ("threshold", res.threshold),
     ]:
         shown = re.search(rf"\b{key}=([^,)]+)", text).group(1)
         assert float(shown) == float(f"{value:.6g}")
     assert "certified=True" in text
     per_node = optimal_probabilities(X[:3, :5], per_node_budget=[1.0, 2.0, 3.0])
-    assert "budget=per-node" in repr(per_node) and "lambda=per-node (3,)" in repr(per_node)
+    assert "budget=per-node" in repr(per_node) and "threshold=per-node (3,)" in repr(per_node)
 
 
 def test_optimal_result_html_lists_key_numbers():

@@ -22,6 +22,8 @@ from cvfl_theory.testing.strategies import (
     compressor_problems,
     compressors,
     encoder_problems,
+    protocol_problems,
+    protocols,
     tensors,
 )
 
@@ -242,3 +244,31 @@ def test_every_drawn_encoder_problem_is_accepted_by_the_package(problem):
     assert X.ndim == 2 and X.shape[0] >= 1 and X.shape[1] >= 1
     encoded = encoder.encode(X, rng=0)  # never refused: the strategy draws what the package takes
     assert encoded.n == X.shape[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(protocol_problems(max_n=4, max_d=9))
+def test_every_drawn_protocol_carries_its_encoders_messages(problem):
+    encoder, protocol, X = problem
+    encoded = encoder.encode(X, rng=3)
+    bits = protocol.payload_bits(encoded)  # check_applicable never refuses a drawn triple
+    assert bits.shape == (X.shape[0],) and (bits > 0).all()
+    assert np.isfinite(protocol.expected_bits(encoder, X))
+
+
+def test_protocol_strategies_reach_every_protocol_and_width():
+    from cvfl_theory.protocols import PROTOCOLS
+
+    seen = set()
+
+    @settings(max_examples=200, deadline=None)
+    @given(protocols())
+    def collect(proto):
+        seen.add((proto.name, proto.r))
+
+    collect()
+    assert {name for name, _ in seen} == set(PROTOCOLS) and {r for _, r in seen} == {16, 32, 64}
+    binary = find(protocol_problems(max_n=3, max_d=4), lambda t: t[1].name == "binary")
+    assert type(binary[0]).__name__ in ("BinaryQuantizationEncoder", "RotatedBinaryEncoder")
+    with pytest.raises(ValueError, match="names must be some of"):
+        protocols(names=["morse"])

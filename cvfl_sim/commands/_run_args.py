@@ -10,7 +10,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["add_run_arguments", "config_from_args", "compressor_from_args"]
+__all__ = [
+    "add_run_arguments",
+    "add_data_arguments",
+    "source_from_args",
+    "config_from_args",
+    "compressor_from_args",
+]
 
 _KINDS = ("none", "scalar", "lattice", "topk")
 
@@ -50,7 +56,8 @@ def add_run_arguments(
     p.add_argument(
         "--progress",
         action="store_true",
-        help="print one line per evaluation to stderr while training (CVFLConfig.progress)",
+        help="a progress bar on stderr while training, with the last evaluation "
+        "(CVFLConfig.progress)",
     )
     p.add_argument(
         "--threads",
@@ -59,6 +66,98 @@ def add_run_arguments(
         help="torch intra-op threads (one is the fastest for these small models)",
     )
     p.set_defaults(default_compressor=compressor, default_bits=bits)
+
+
+DATASET_HELP = (
+    "a built-in data set (digits-quadrants, digits-views-4, digits-views-12, breast-cancer), "
+    "one of the paper's read from --data-dir (cifar10-quadrants, modelnet10-views-4, "
+    "modelnet10-views-12, mimic3-mortality), or a path to your own .csv or .npz"
+)
+
+
+def add_data_arguments(
+    p: argparse.ArgumentParser, *, default: str | None, positional: bool = False
+) -> None:
+    """Add ``--dataset`` (or a positional ``DATASET`` and ``--dataset``) and its loader's options.
+
+    ``default`` is the data set when none is named (``None``: the command's own choice).
+    """
+    if positional:
+        p.add_argument("dataset", nargs="?", default=None, metavar="DATASET", help=DATASET_HELP)
+        p.add_argument(
+            "--dataset",
+            dest="dataset_flag",
+            default=None,
+            metavar="DATASET",
+            help="the same as DATASET",
+        )
+    else:
+        p.add_argument(
+            "--dataset",
+            default=default,
+            metavar="DATASET",
+            help=DATASET_HELP + (f" (default: {default})" if default else ""),
+        )
+    g = p.add_argument_group(
+        "data set options",
+        "your own files: CSV (one sample per row, an optional header, one "
+        "label column 0..K-1) or NPZ (arrays X, samples first, and y); the features are cut "
+        "into --parties contiguous blocks",
+    )
+    g.add_argument(
+        "--parties",
+        type=int,
+        default=None,
+        help="parties to split the features over (.csv/.npz: default 4; breast-cancer, "
+        "mimic3-mortality; digits-views: 4 or 12)",
+    )
+    g.add_argument(
+        "--data-dir",
+        default=None,
+        metavar="PATH",
+        help="folder of the paper's data set files (CIFAR-10 binary batches, ModelNet10 12-view "
+        "images, MIMIC-III mortality matrices); nothing is downloaded",
+    )
+    g.add_argument(
+        "--label-column",
+        default=None,
+        metavar="COLUMN",
+        help=".csv: the label column, a header name or an index (default: the last)",
+    )
+    g.add_argument("--x-key", default="X", help=".npz: the features array (default: X)")
+    g.add_argument("--y-key", default="y", help=".npz: the labels array (default: y)")
+    g.add_argument(
+        "--split-axis",
+        type=int,
+        default=-1,
+        help=".npz: the axis of X cut into the parties' blocks (default: the last)",
+    )
+    p.set_defaults(dataset_default=default)
+
+
+def source_from_args(args: argparse.Namespace) -> Any:
+    """The checked :class:`~cvfl_sim.vfl.sources.DataSource` of the data set options."""
+    from ..vfl.sources import DataSource
+
+    name = args.dataset
+    flag = getattr(args, "dataset_flag", None)
+    if flag is not None:
+        if name is not None and name != flag:
+            raise ValueError(f"two data sets named: {name!r} and --dataset {flag!r}")
+        name = flag
+    if name is None:
+        name = args.dataset_default
+    if name is None:
+        raise ValueError(f"name a data set: {DATASET_HELP}")
+    return DataSource(
+        name=name,
+        data_dir=args.data_dir,
+        parties=args.parties,
+        label_column=args.label_column,
+        x_key=args.x_key,
+        y_key=args.y_key,
+        split_axis=args.split_axis,
+    ).check()
 
 
 def compressor_from_args(args: argparse.Namespace) -> Any:

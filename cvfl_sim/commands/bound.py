@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, TypedDict
 
-from ._run_args import add_run_arguments, config_from_args
+from ._run_args import add_data_arguments, add_run_arguments, config_from_args, source_from_args
 
 __all__ = ["register", "run"]
 
@@ -39,7 +39,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "average gradient (C4.7). A bound whose hypotheses fail is reported as 'does not apply' "
         "with the numbers. Progress goes to stderr.",
     )
-    p.add_argument("--dataset", default="breast-cancer", help="built-in data set")
+    add_data_arguments(p, default="breast-cancer")
     add_run_arguments(p, Q=1, lr=0.01, embedding_size=4, compressor="scalar", bits=2)
     p.add_argument(
         "--model",
@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--epochs must be >= 1, got {args.epochs}")
     if args.theory_step and args.model != "linear":
         raise ValueError("--theory-step needs --model linear (proved constants)")
+    args.source = source_from_args(args)
     check_threads(args.threads, "--threads")
     with torch_threads(args.threads):
         return _run(args)
@@ -124,7 +125,6 @@ def _run(args: argparse.Namespace) -> int:
     from ..bounds.lemma1 import Lemma1Probe
     from ..bounds.probes import probes
     from ..bounds.theorems import Constants, bound_vs_observed, estimate_constants
-    from ..vfl.data import load_dataset
     from ..vfl.train import train
 
     start = time.perf_counter()
@@ -134,7 +134,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.quick:
         args.epochs = 1
-    ds = load_dataset(args.dataset)
+    ds = args.source.load()
     cfg = config_from_args(args, eval_every=1, track_grad_norm=True, parties_model=args.model)
     if args.theory_step:
         say("choosing the step from the run's own proved constants")
@@ -145,7 +145,7 @@ def _run(args: argparse.Namespace) -> int:
         every=args.every, steps="first" if args.quick else args.steps, progress=True
     )
     traj = TrajectoryProbe(ds, cfg, power_iters=2, progress=True)
-    say(f"training {args.dataset}: {cfg.epochs} epoch(s), {args.model} parties, both probes")
+    say(f"training {ds.name}: {cfg.epochs} epoch(s), {args.model} parties, both probes")
 
     def on_epoch(e: int) -> None:
         say(f"epoch {e} done")
@@ -170,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
             "applies": check.applies,
             "why": check.why,
             "certificate": cert.to_dict(),
-            "dataset": args.dataset,
+            "dataset": ds.describe(),
             "config": cfg.to_dict(),
             "constants": consts.to_dict(),
             "lemma1": report.summary(),

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
+from cvfl_theory.table import TEXT_WIDTH, text_width
+
 from .. import commands
 
 __all__ = ["build_parser", "main"]
@@ -60,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     debug_help = "show the full traceback of an error instead of one line"
     parser.add_argument("--debug", action="store_true", help=debug_help)
+    parser.add_argument("--version", action="version", version=f"cvfl {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
@@ -67,10 +70,25 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         module.register(sub)
+    wide_help = "print every column of the tables on one line (default: panels of 100 characters)"
+    parser.add_argument("--wide", action="store_true", help=wide_help)
     for p in sub.choices.values():
         p.formatter_class = _HelpFormatter
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+        p.add_argument("--wide", action="store_true", default=argparse.SUPPRESS, help=wide_help)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (the source tree's when it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("cvfl")
+    except metadata.PackageNotFoundError:
+        from cvfl_theory import __version__
+
+        return __version__
 
 
 def _one_line(exc: BaseException) -> str:
@@ -115,7 +133,7 @@ def _main(argv: list[str] | None) -> int:
     args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(raw)
-        with _one_line_warnings():
+        with _one_line_warnings(), text_width(None if args.wide else TEXT_WIDTH):
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         if debug:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import io
-import math
-import os
 import sys
 from typing import Any
+
+from cvfl_theory.store import result_path
 
 from ._common import check_output_file
 
@@ -42,7 +42,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--optimize-centres", action="store_true", help="alternate p and mu (K6.5)")
     p.add_argument("--max-iter", type=int, default=50, help="alternating-minimisation cap")
     p.add_argument("--max-cvxpy-size", type=int, default=100_000, help="largest n*d given to cvxpy")
-    p.add_argument("--out", default=None, help="write p, mu and the summary numbers (.npz)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="save the result: PATH.npz writes p, mu and the summary numbers as numpy arrays; "
+        "any other PATH the result file that OptimalResult.load reads (.json added)",
+    )
     p.add_argument(
         "--json",
         action="store_true",
@@ -73,70 +78,6 @@ def _save_npz(path: str, **arrays: Any) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def load_matrix(path: str) -> Any:
-    """Read ``X`` of shape ``(n, d)`` from a ``.npy`` file, refusing anything else clearly.
-
-    The file's kind is told from its first bytes (an ``.npz`` archive, a pickle, text, an empty
-    file are each named), the ``.npy`` header is checked against the file's size before the array
-    is read, and pickled object arrays are never loaded (``allow_pickle=False``).
-
-    Raises
-    ------
-    ValueError
-        Naming the file and what is wrong with it.
-    """
-    import numpy as np
-
-    fmt = np.lib.format
-    what = f"{path!r}"
-    try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            head = fh.read(len(fmt.MAGIC_PREFIX))
-            header: Any = None
-            if head == fmt.MAGIC_PREFIX:
-                fh.seek(0)
-                try:
-                    version = fmt.read_magic(fh)
-                    read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
-                    header = read[version](fh) if version in read else version
-                except ValueError as exc:
-                    header = exc
-            data_bytes = size - fh.tell()
-    except OSError as exc:
-        raise ValueError(f"cannot read {what}: {exc.strerror or exc}") from None
-    if head != fmt.MAGIC_PREFIX:
-        if not head:
-            kind = "is empty (0 bytes)"
-        elif head[:4] == b"PK\x03\x04":
-            kind = "is an .npz archive; save the one array X with numpy.save(path, X)"
-        elif head[:1] == b"\x80":
-            kind = "is a Python pickle; it is not loaded, since unpickling can run code"
-        else:
-            kind = f"is not a .npy file (it starts with {head!r})"
-        raise ValueError(f"{what} {kind}")
-    if isinstance(header, ValueError):
-        raise ValueError(f"{what} has a damaged .npy header ({header})")
-    if not isinstance(header, tuple) or len(header) != 3:
-        raise ValueError(f"{what} is a .npy file of version {header}; need 1.0 or 2.0")
-    shape, _, dtype = header
-    if dtype.hasobject:
-        raise ValueError(
-            f"{what} holds an object array (Python objects stored as a pickle); it is not "
-            "loaded, since unpickling can run code; save a numeric array"
-        )
-    if dtype.kind not in "fiu":
-        raise ValueError(f"{what} holds dtype {dtype}; X must hold real numbers (float or int)")
-    if len(shape) != 2 or 0 in shape:
-        raise ValueError(f"{what}: X must be a non-empty 2-D array (n, d), got shape {shape}")
-    if math.prod(shape) * dtype.itemsize != data_bytes:
-        raise ValueError(
-            f"{what}: the header promises {shape} {dtype} but the file holds {data_bytes} data "
-            "bytes (truncated or damaged)"
-        )
-    return np.load(path, allow_pickle=False)
-
-
 def run(args: argparse.Namespace) -> int:
     """Solve, print the summary, save the result; bad input raises ``ValueError`` (exit 2)."""
     import numpy as np
@@ -145,7 +86,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out:
         check_output_file(args.out, "--out")
-    X = load_matrix(args.data)
+        if not args.out.endswith(".npz"):
+            check_output_file(result_path(args.out), "--out")
+    from ..vfl.files import read_matrix
+
+    X = read_matrix(args.data)
     res = optimal_probabilities(
         X,
         args.budget,
@@ -189,7 +134,9 @@ def run(args: argparse.Namespace) -> int:
                 f"K6.4 bounds (fixed final centres): {bounds.lower:.6g} <= MSE* <= "
                 f"{bounds.upper:.6g}; K6.3 closed form applies: {bounds.low_budget}"
             )
-    if args.out:
+    if args.out and not args.out.endswith(".npz"):
+        print(f"saved {res.save(args.out)}", file=sys.stderr if args.json else sys.stdout)
+    elif args.out:
         _save_npz(
             args.out,
             p=np.asarray(res.p),

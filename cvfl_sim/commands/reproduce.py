@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from ._common import check_output_dir
+from ._run_args import add_data_arguments, source_from_args
 
 __all__ = ["register", "run", "EXPERIMENT_NAMES"]
 
@@ -79,6 +80,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         metavar="ADDRESS",
         help="Dask scheduler address for --backend dask, e.g. tcp://10.0.0.5:8786",
     )
+    add_data_arguments(p, default=None)
     shown = p.add_mutually_exclusive_group()
     shown.add_argument(
         "--progress",
@@ -103,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.target_fraction <= 1:
         raise ValueError(f"--target-fraction must be in (0, 1], got {args.target_fraction}")
     check_output_dir(args.out, "--out")
+    names = list(EXPERIMENT_NAMES) if args.name == "all" else [args.name]
+    data = _data_options(args, names)
     from ..experiments.sweep import Executor, start_workers
     from ..vfl.progress import progress_bar
     from ..vfl.threads import check_threads, torch_threads
@@ -119,7 +123,6 @@ def run(args: argparse.Namespace) -> int:
     _import_plotting()
     from .. import experiments
 
-    names = list(experiments.EXPERIMENTS) if args.name == "all" else [args.name]
     studies = [name for name in names if name in experiments.STUDIES]  # bounds, schedules
     progress = False if args.no_progress else (True if args.progress else None)
     with progress_bar(len(studies), progress, f"cvfl reproduce {args.name}") as bar:
@@ -133,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
             executor=executor,
             force=args.force,
             progress=bar.disable and not args.no_progress,  # own lines only without the bar
+            **data,
         )
         for name, build in steps:
             tick = time.perf_counter()
@@ -145,6 +149,68 @@ def run(args: argparse.Namespace) -> int:
                 out = build()
             _report(name, out, time.perf_counter() - tick, bar.write)
     return 0
+
+
+_STUDY_NAMES = ("bounds", "schedules")
+_LOADER_OPTIONS = ("parties", "label_column")
+
+
+def _data_options(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    """The data set options of the experiments (``dataset`` or ``data_dir``), checked first.
+
+    ``--dataset``: the sweep experiments run on that data set alone (``bounds`` and
+    ``schedules`` keep their own plans on built-in data, so they refuse it). ``--data-dir``:
+    every built-in stand-in whose paper data set is found there is replaced by it; the
+    replacements are listed on stderr and the data sets read (and checked) before any run.
+    """
+    from ..vfl.data import PAPER_COUNTERPART
+
+    if args.dataset is not None:
+        studies = [n for n in names if n in _STUDY_NAMES]
+        if studies:
+            raise ValueError(
+                f"{' and '.join(studies)} run their own plans on built-in data sets and take no "
+                "--dataset; check a bound on your data with: cvfl bound --dataset ..."
+            )
+        source = source_from_args(args)
+        print(f"data: {source.label} ({source.kind}) for every run", file=sys.stderr)
+        return {"dataset": source}
+    given = [o for o in _LOADER_OPTIONS if getattr(args, o) is not None]
+    given += [
+        o for o, d in (("x_key", "X"), ("y_key", "y"), ("split_axis", -1)) if getattr(args, o) != d
+    ]
+    if given:
+        flags = ", ".join("--" + o.replace("_", "-") for o in given)
+        raise ValueError(f"{flags} need --dataset (a .csv or .npz of yours)")
+    if args.data_dir is None:
+        return {}
+    if not os.path.isdir(args.data_dir):
+        raise FileNotFoundError(f"--data-dir {args.data_dir!r} is not a folder")
+    from .. import experiments
+    from ..experiments.specs import Options, cached_dataset
+
+    opt = Options(data_dir=args.data_dir, quick=args.quick, seeds=args.seeds)
+    used = {
+        (s.dataset, s.source): None
+        for n in names
+        if n not in _STUDY_NAMES
+        for s in experiments.sweep_specs(n, opt)
+        if s.source is not None
+    }
+    if not used:
+        raise ValueError(
+            f"--data-dir {args.data_dir!r} holds none of the paper's data sets that "
+            f"{' and '.join(names)} use{'s' if len(names) == 1 else ''}: looked for the CIFAR-10 "
+            "binary batches, ModelNet10 class folders and MIMIC-III train/test matrices there "
+            "and in its cifar-10-batches-bin, modelnet10 and mimic3 folders"
+        )
+    stand_in = {paper: s for s, paper in PAPER_COUNTERPART.items()}
+    for name, source in used:
+        print(f"data: {name} from {args.data_dir} in place of {stand_in[name]}", file=sys.stderr)
+        cached_dataset(name, source)  # read and checked before any run; in-process runs reuse it
+    if any(n in _STUDY_NAMES for n in names):
+        print("data: bounds and schedules keep their built-in data sets", file=sys.stderr)
+    return {"data_dir": args.data_dir}
 
 
 def _import_plotting() -> None:

@@ -1,4 +1,8 @@
-"""``cvfl train DATASET``: one C-VFL run (Algorithm 1, C1) from the command line."""
+"""``cvfl train DATASET``: one C-VFL run (Algorithm 1, C1) from the command line.
+
+``DATASET`` is a built-in name, one of the paper's data sets read from ``--data-dir``, or a path
+to the researcher's own ``.csv`` or ``.npz`` (:class:`~cvfl_sim.vfl.sources.DataSource`).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import os
 from typing import Any
 
 from ._common import check_output_file
-from ._run_args import add_run_arguments, config_from_args
+from ._run_args import add_data_arguments, add_run_arguments, config_from_args, source_from_args
 
 __all__ = ["register", "run"]
 
@@ -16,17 +20,21 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``train`` subcommand."""
     p = subparsers.add_parser(
         "train",
-        help="train one C-VFL model on a built-in data set and print its history",
+        help="train one C-VFL model on a data set (built-in, the paper's, or yours) and print its history",
         description="One C-VFL run: prints one line per evaluation (loss, metric, bits on the "
         "wire, measured compression error) and optionally saves the RunResult (JSON + CSV). "
         "With --checkpoint the training state is saved after every epoch and an interrupted "
         "run resumes when the same command is run again.",
     )
-    p.add_argument(
-        "dataset",
-        help="built-in data set (digits-quadrants, digits-views-4, digits-views-12, breast-cancer)",
-    )
+    add_data_arguments(p, default=None, positional=True)
     add_run_arguments(p, Q=10, lr=0.05, embedding_size=16, compressor="none")
+    p.add_argument(
+        "--model",
+        choices=("mlp", "linear", "cnn", "gru"),
+        default=None,
+        help="party models (default: the data set's own: cnn for the paper's image sets, gru "
+        "for mimic3-mortality, mlp otherwise)",
+    )
     p.add_argument("--error-feedback", action="store_true", help="EF-VFL error feedback (C9)")
     p.add_argument(
         "--backend",
@@ -73,13 +81,18 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(_json_path(args.out), "--out")
     if args.checkpoint is not None:
         check_output_file(args.checkpoint, "--checkpoint")
-    from ..vfl.data import load_dataset
+    source = source_from_args(args)
     from ..vfl.threads import check_threads, torch_threads
     from ..vfl.train import train
 
     check_threads(args.threads, "--threads")
-    cfg = config_from_args(args, error_feedback=args.error_feedback, eval_every=args.eval_every)
-    ds = load_dataset(args.dataset)
+    cfg = config_from_args(
+        args,
+        error_feedback=args.error_feedback,
+        eval_every=args.eval_every,
+        parties_model=args.model or source.party_model,
+    )
+    ds = source.load()
     with torch_threads(args.threads):
         res = train(ds, cfg, checkpoint=args.checkpoint, backend=args.backend)
     col = "test_f1" if ds.metric == "f1" else "test_accuracy"

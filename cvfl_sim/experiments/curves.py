@@ -18,14 +18,16 @@ __all__ = ["specs", "run"]
 
 def specs(opt: Options) -> list[RunSpec]:
     """Every run of the experiment."""
-    return compressor_specs(opt, "digits-quadrants")
+    ((ds, source),) = opt.datasets(("digits-quadrants",))
+    return compressor_specs(opt, ds, source=source)
 
 
 def run(opt: Options) -> dict[str, Any]:
     """Figure 3: metric vs epochs and vs bits, mean ± std bands, on digits-quadrants."""
-    ds = "digits-quadrants"
+    planned = specs(opt)
+    ds = planned[0].dataset
     folder = opt.folder("curves")
-    res = opt.runs(specs(opt))
+    res = opt.runs(planned)
     curve_rows = []
     for kind in COMPRESSORS:
         groups: dict[str, list[RunResult]] = {}

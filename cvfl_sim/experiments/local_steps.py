@@ -22,9 +22,9 @@ LOCAL_STEPS = (1, 10, 25)
 
 def specs(opt: Options) -> list[RunSpec]:
     """Every run of the experiment."""
-    ds = "breast-cancer"
+    ((ds, source),) = opt.datasets(("breast-cancer",))
     return [
-        RunSpec(ds, "lattice", 3, Q, s, opt.epochs(ds), eval_every=1)
+        RunSpec(ds, "lattice", 3, Q, s, opt.epochs(ds), eval_every=1, source=source)
         for Q in LOCAL_STEPS
         for s in range(opt.n_seeds())
     ]
@@ -34,7 +34,8 @@ def run(opt: Options) -> dict[str, Any]:
     """Table 5: time to target for Q = 1, 10, 25 under the C7 time model (lattice, b = 3)."""
     folder = opt.folder("local-steps")
     Qs = LOCAL_STEPS
-    res = opt.runs(specs(opt))
+    planned = specs(opt)
+    res = opt.runs(planned)
     best = max(Qs, key=lambda Q: np.mean([r.max_metric() for s, r in res.items() if s.Q == Q]))
     target = opt.target(res, lambda s: s.Q == best)
     rows = []
@@ -61,6 +62,6 @@ def run(opt: Options) -> dict[str, Any]:
         None,
         groups,
         "f1_vs_round.png",
-        "breast-cancer, lattice b=3",
+        f"{planned[0].dataset}, lattice b=3",
         ("round", "bits"),
     )

@@ -1,15 +1,21 @@
-"""The default verification suite run by ``cvfl verify``: each encoder on a few data sets.
+"""The verification suite run by ``cvfl verify``: each encoder on a few data sets, or on yours.
 
-The data (:func:`cvfl_sim.experiments.reference_data.verification_datasets`) include real vectors shipped with
-scikit-learn (no download), a Gaussian set and a heavy-tailed (log-normal) set in float32.
+The data (:func:`cvfl_sim.experiments.reference_data.verification_datasets`) include real vectors
+shipped with scikit-learn (no download), a Gaussian set and a heavy-tailed (log-normal) set in
+float32; ``cvfl verify X.npy`` runs the same encoders on the researcher's matrix. The proofs
+checks run beside them; :class:`VerifyReport` keeps both (``save``/``load``, ``to_dict``,
+``to_dataframe``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from cvfl_theory._export import dataframe, json_safe
 from cvfl_theory.encoders import (
     BinaryQuantizationEncoder,
     Encoder,
@@ -19,10 +25,18 @@ from cvfl_theory.encoders import (
 )
 from cvfl_theory.table import Table
 from cvfl_theory.verify import VerifyResult, verify
+from proofs_checks.result import CheckResult
 
 from .reference_data import verification_datasets
 
-__all__ = ["default_encoders", "run_suite", "summary_table"]
+__all__ = [
+    "default_encoders",
+    "suite_runs",
+    "run_suite",
+    "summary_tables",
+    "summary_table",
+    "VerifyReport",
+]
 
 
 def default_encoders(n: int, d: int, seed: int = 0) -> list[Encoder]:
@@ -37,40 +51,190 @@ def default_encoders(n: int, d: int, seed: int = 0) -> list[Encoder]:
     ]
 
 
-def run_suite(trials: int = 1000, seed: int = 0) -> Iterator[tuple[str, VerifyResult]]:
-    """Yield ``(data set name, result)`` for every encoder on every default data set."""
-    for k, (name, X) in enumerate(verification_datasets(seed).items()):
-        for j, enc in enumerate(default_encoders(X.shape[0], X.shape[1], seed=seed)):
-            yield name, verify(enc, X, trials=trials, rng=1000 * seed + 10 * k + j)
+def suite_runs(
+    seed: int = 0, datasets: Mapping[str, np.ndarray] | None = None
+) -> list[tuple[str, np.ndarray, Encoder, int]]:
+    """``(data name, X, encoder, rng seed)`` of every run of the suite (default: its data sets)."""
+    data = verification_datasets(seed) if datasets is None else dict(datasets)
+    return [
+        (name, X, enc, 1000 * seed + 10 * k + j)
+        for k, (name, X) in enumerate(data.items())
+        for j, enc in enumerate(default_encoders(X.shape[0], X.shape[1], seed=seed))
+    ]
+
+
+def run_suite(
+    trials: int = 1000, seed: int = 0, datasets: Mapping[str, np.ndarray] | None = None
+) -> Iterator[tuple[str, VerifyResult]]:
+    """Yield ``(data set name, result)`` for every encoder on every data set."""
+    for name, X, enc, rng in suite_runs(seed, datasets):
+        yield name, verify(enc, X, trials=trials, rng=rng)
+
+
+def _compact(encoder: str) -> str:
+    """``IndependentEncoder(p=0.25, ...)`` as ``Independent(p=0.25, ...)`` (a shorter column)."""
+    head, _, rest = encoder.partition("(")
+    return head.removesuffix("Encoder") + ("(" + rest if rest else "")
+
+
+def _row(res: VerifyResult) -> list[Any]:
+    worst = max(res.checks, key=lambda c: c.z / c.threshold)
+    return [
+        _compact(res.encoder),
+        res.mse.theoretical,
+        f"{res.mse.empirical:.6g} ± {res.mse.se:.2g}",
+        round(res.mse.z, 2),
+        f"{worst.z:.2f}/{worst.threshold:.2f}",
+        "pass" if res.passed else "FAIL",
+    ]
+
+
+_COLUMNS = ["encoder", "closed form", "simulated ± SE", "|z|", "|z|/allowed", "verdict"]
+_GROUPS = [("", 1), ("MSE", 3), ("worst check", 1), ("", 1)]
+
+
+def summary_tables(results: list[tuple[str, VerifyResult]]) -> list[Table]:
+    """One table per data set, one row per encoder: the MSE pair, the worst check, the verdict.
+
+    The worst check is the one closest to failing (largest :math:`|z|` / allowed); ``cvfl verify
+    --details`` prints every check of every run.
+    """
+    names = list(dict.fromkeys(name for name, _ in results))
+    return [
+        Table(
+            _COLUMNS,
+            [_row(r) for n, r in results if n == name],
+            title=f"{name}: closed forms vs simulation (K1, K2, K3, K5)",
+            groups=_GROUPS,
+        )
+        for name in names
+    ]
 
 
 def summary_table(results: list[tuple[str, VerifyResult]]) -> Table:
-    """One row per (data set, encoder): the MSE pair, the worst :math:`|z|` and the verdict."""
-    rows = []
-    for name, res in results:
-        worst = max(res.checks, key=lambda c: c.z / c.threshold)
-        rows.append(
+    """Every run in one table (the data set as a first column), for CSV and DataFrames."""
+    return Table(
+        ["data", *_COLUMNS],
+        [[name, *_row(r)] for name, r in results],
+        title="closed forms vs simulation (K1, K2, K3, K5)",
+        groups=[("", 1), *_GROUPS],
+        key_columns=2,
+    )
+
+
+@dataclass
+class VerifyReport:
+    """What ``cvfl verify`` found: the suite's runs and the proofs checks.
+
+    Attributes
+    ----------
+    suite : list of (str, VerifyResult)
+        Every (data set, encoder) run.
+    checks : list of CheckResult
+        The proofs checks run.
+    trials, seed : int
+        The suite's Monte Carlo trials and seed.
+    data : str
+        ``"built-in"`` or the researcher's file.
+    """
+
+    suite: list[tuple[str, VerifyResult]] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
+    trials: int = 1000
+    seed: int = 0
+    data: str = "built-in"
+
+    @property
+    def failures(self) -> list[str]:
+        """The failed runs (``data: encoder``) and checks (their labels)."""
+        return [f"{n}: {r.encoder}" for n, r in self.suite if not r.passed] + [
+            c.label for c in self.checks if not c.passed
+        ]
+
+    @property
+    def passed(self) -> bool:
+        """Every run and every check passed."""
+        return not self.failures
+
+    def table(self) -> Table:
+        """The suite's summary table (:func:`summary_table`)."""
+        return summary_table(self.suite)
+
+    def checks_table(self) -> Table:
+        """One row per proofs check: label, verdict, the main pair and the claim."""
+        rows = [
             [
-                name,
-                res.encoder,
-                res.mse.theoretical,
-                res.mse.empirical,
-                res.mse.se,
-                round(res.mse.z, 2),
-                f"{worst.quantity} {worst.z:.2f}/{worst.threshold:.2f}",
-                len(res.checks),
-                res.passed,
+                c.label,
+                "pass" if c.passed else "FAIL",
+                {True: "proved", False: "FAILED", None: "-"}[c.symbolic],
+                c.empirical,
+                c.relation,
+                c.theoretical,
+                c.tolerance,
+                len(c.comparisons),
+                c.claim,
             ]
+            for c in self.checks
+        ]
+        cols = ["label", "verdict", "sympy", "empirical", "", "theory", "tolerance", "pairs"]
+        return Table([*cols, "claim"], rows, title="proofs checks")
+
+    def _raw(self) -> dict[str, Any]:
+        return {
+            "trials": self.trials,
+            "seed": self.seed,
+            "data": self.data,
+            "suite": [dict(data=n, **r._raw()) for n, r in self.suite],
+            "proofs_checks": [c.to_dict() for c in self.checks],
+            "passed": len(self.suite) + len(self.checks) - len(self.failures),
+            "failed": len(self.failures),
+            "failures": self.failures,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able: every run and check with its numbers (non-finite ones as strings)."""
+        return json_safe(self._raw())
+
+    def to_dataframe(self) -> Any:
+        """One row per suite run (the columns of :meth:`table`); needs pandas."""
+        t = self.table()
+        return dataframe(t.columns, t.rows)
+
+    def save(self, path: Any) -> str:
+        """Write the result file (JSON, no pickle; ``.json`` appended); :meth:`load` reads it."""
+        from cvfl_theory.store import write_result
+
+        return write_result(path, "VerifyReport", self._raw())
+
+    @classmethod
+    def load(cls, path: Any) -> VerifyReport:
+        """Read a result file written by :meth:`save`, every field checked."""
+        from cvfl_theory.store import checked_field, read_result
+
+        d, _ = read_result(path, "VerifyReport")
+        where = repr(str(path))
+        suite = []
+        for i, r in enumerate(checked_field(d, "suite", list, where)):
+            w = f"{where}, run {i}"
+            if not isinstance(r, dict):
+                raise ValueError(f"{w}: a run is a JSON object")
+            suite.append((checked_field(r, "data", str, w), VerifyResult.from_dict(r, w)))
+        checks = [
+            CheckResult.from_dict(c, f"{where}, check {i}")
+            for i, c in enumerate(checked_field(d, "proofs_checks", list, where))
+        ]
+        return cls(
+            suite=suite,
+            checks=checks,
+            trials=checked_field(d, "trials", int, where),
+            seed=checked_field(d, "seed", int, where),
+            data=checked_field(d, "data", str, where),
         )
-    cols = [
-        "data",
-        "encoder",
-        "MSE closed",
-        "MSE sim",
-        "SE",
-        "|z| MSE",
-        "worst check |z|/allowed",
-        "checks",
-        "verdict",
-    ]
-    return Table(cols, rows, title="K1/K2/K3/K5 closed forms vs simulation")
+
+    def __str__(self) -> str:
+        tables = [*summary_tables(self.suite), self.checks_table()]
+        return "\n\n".join(str(t) for t in tables)
+
+    def _repr_html_(self) -> str:
+        tables = [*summary_tables(self.suite), self.checks_table()]
+        return "".join(t._repr_html_() for t in tables)

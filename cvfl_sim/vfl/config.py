@@ -77,7 +77,8 @@ class CVFLConfig:
     dtype : {"float32", "float64"}
         Model and data precision.
     progress : bool
-        Print one line per evaluation to stderr.
+        A progress bar over the rounds on stderr (a widget in Jupyter), showing the last
+        evaluation (loss, metric, bits); ``False`` is silent.
     """
 
     Q: int = 1

@@ -38,6 +38,7 @@ import numpy as np
 
 from cvfl_theory._rng import RNGLike, as_generator
 
+from . import paper_files
 from .files import check_file, read_csv_rows, read_npz
 
 __all__ = [
@@ -47,6 +48,11 @@ __all__ = [
     "load_npz",
     "load_csv",
     "load_original",
+    "cifar10_quadrants",
+    "modelnet10_views",
+    "mimic3_mortality",
+    "PAPER_DATASETS",
+    "PAPER_COUNTERPART",
     "digits_arrays",
     "breast_cancer_arrays",
 ]
@@ -228,6 +234,44 @@ class VerticalDataset:
             metric=metric,
             name=name,
             party_shapes=None if party_shapes is None else [tuple(s) for s in party_shapes],
+        )
+
+    @classmethod
+    def from_split(
+        cls,
+        train_parts: Sequence[Any],
+        y_train: Any,
+        test_parts: Sequence[Any],
+        y_test: Any,
+        *,
+        n_classes: int,
+        metric: str = "accuracy",
+        name: str = "custom",
+        party_shapes: Sequence[tuple[int, ...]] | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> VerticalDataset:
+        """Build a data set whose train/test split is given (a data set's own files split it).
+
+        ``train_parts`` and ``test_parts`` list the ``M`` parties' blocks (trailing axes
+        flattened, converted to float64 and checked finite); the labels must lie in
+        ``0 .. n_classes - 1``. Everything is checked as in :meth:`from_arrays`.
+        """
+        if not isinstance(train_parts, Sequence) or not isinstance(test_parts, Sequence):
+            raise TypeError("train_parts and test_parts must be lists of per-party arrays")
+        tr = [_as_2d_float(p, f"train_parts[{m}]") for m, p in enumerate(train_parts)]
+        te = [_as_2d_float(p, f"test_parts[{m}]") for m, p in enumerate(test_parts)]
+        ytr, k = _labels(np.asarray(y_train), n_classes)
+        yte, _ = _labels(np.asarray(y_test), n_classes)
+        return cls(
+            train_parts=tr,
+            test_parts=te,
+            y_train=ytr,
+            y_test=yte,
+            n_classes=k,
+            metric=metric,
+            name=name,
+            party_shapes=None if party_shapes is None else [tuple(s) for s in party_shapes],
+            info=dict(info or {}),
         )
 
     # ------------------------------------------------------------------ checks and views
@@ -555,6 +599,176 @@ def breast_cancer(
     )
 
 
+# ---------------------------------------------------------------------- the paper's sets
+def _paper_folder(kind: str, data_dir: str | os.PathLike[str]) -> str:
+    return paper_files.find_paper_folder(kind, data_dir) or os.fspath(data_dir)
+
+
+def _first(n: int | None, what: str) -> slice:
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"{what} must be a positive integer or None, got {n!r}")
+    return slice(None, n)
+
+
+def cifar10_quadrants(
+    data_dir: str | os.PathLike[str],
+    *,
+    max_train: int | None = None,
+    max_test: int | None = None,
+) -> VerticalDataset:
+    """CIFAR-10 from its binary files, each 32×32 image cut into four 16×16 quadrants (C8).
+
+    As in [CVFL]_: 4 parties of 3×16×16 = 768 features (party order top-left, top-right,
+    bottom-left, bottom-right), 10 classes, accuracy; pixel values scaled to ``[0, 1]``; the
+    files' own split (50 000 training and 10 000 test images). Read by
+    :func:`cvfl_sim.vfl.paper_files.read_cifar10` (never the pickled version).
+
+    Parameters
+    ----------
+    data_dir : path-like
+        The folder of the binary batches, or a folder holding ``cifar-10-batches-bin``.
+    max_train, max_test : int, optional
+        Keep only the first this many training / test images (CPU-sized runs).
+    """
+    split = paper_files.read_cifar10(_paper_folder("cifar10", data_dir))
+    xtr, xte = (
+        split.x_train[_first(max_train, "max_train")],
+        split.x_test[_first(max_test, "max_test")],
+    )
+    ytr, yte = split.y_train[: len(xtr)], split.y_test[: len(xte)]
+
+    def quadrants(x: np.ndarray) -> list[np.ndarray]:
+        return [
+            x[:, :, r : r + 16, c : c + 16].reshape(len(x), 768) / 255.0
+            for r in (0, 16)
+            for c in (0, 16)
+        ]
+
+    return VerticalDataset.from_split(
+        quadrants(xtr),
+        ytr,
+        quadrants(xte),
+        yte,
+        n_classes=10,
+        name="cifar10-quadrants",
+        party_shapes=[(3, 16, 16)] * 4,
+        info={"classes": list(split.classes)},
+    )
+
+
+_MODELNET_READ: dict[tuple[Any, ...], paper_files.Split] = {}
+"""The last ModelNet10 images read in this process (``uint8``, about 60 MB at 32×32)."""
+
+
+def modelnet10_views(
+    data_dir: str | os.PathLike[str],
+    parties: int = 4,
+    *,
+    image_size: int = 32,
+    max_per_class: int | None = None,
+    progress: bool | None = None,
+) -> VerticalDataset:
+    """ModelNet10 from its 12-view renderings: 4 parties of 3 views or 12 parties of one (C8).
+
+    Each view is a grey-level ``image_size`` square scaled to ``[0, 1]``; party ``p`` holds views
+    ``p·12/M .. (p+1)·12/M - 1`` as the channels of one ``(12/M, S, S)`` sample; 10 classes,
+    accuracy; the folders' own train/test split. The folder layout is in
+    :mod:`cvfl_sim.vfl.paper_files`.
+
+    Parameters
+    ----------
+    data_dir : path-like
+        The folder of class folders, or a folder holding ``modelnet10``.
+    parties : {4, 12}
+    image_size : int
+        Side of the views after resizing, in ``[4, 512]``.
+    max_per_class : int, optional
+        At most this many objects per class and split.
+    progress : bool or None
+        A progress bar over the objects read (``None``: on a terminal or in a notebook).
+    """
+    if parties not in (4, 12):
+        raise ValueError(f"parties must be 4 or 12 for modelnet10-views, got {parties!r}")
+    from .progress import progress_bar
+
+    folder = os.path.abspath(_paper_folder("modelnet10", data_dir))
+    key = (folder, os.stat(folder).st_mtime_ns, image_size, max_per_class)
+    split = _MODELNET_READ.get(key)
+    if split is None:  # 4 and 12 parties read the images once
+        total = paper_files.count_modelnet_objects(folder)
+        with progress_bar(total, progress, "reading ModelNet10 views", unit="object") as bar:
+            split = paper_files.read_modelnet_views(
+                folder, image_size=image_size, max_per_class=max_per_class, progress=bar
+            )
+        _MODELNET_READ.clear()
+        _MODELNET_READ[key] = split
+    per = paper_files.MODELNET_VIEWS // parties
+
+    def views(x: np.ndarray) -> list[np.ndarray]:
+        return [x[:, per * p : per * (p + 1)].reshape(len(x), -1) / 255.0 for p in range(parties)]
+
+    return VerticalDataset.from_split(
+        views(split.x_train),
+        split.y_train,
+        views(split.x_test),
+        split.y_test,
+        n_classes=len(split.classes),
+        name=f"modelnet10-views-{parties}",
+        party_shapes=[(per, image_size, image_size)] * parties,
+        info={"classes": list(split.classes)},
+    )
+
+
+def mimic3_mortality(data_dir: str | os.PathLike[str], parties: int = 4) -> VerticalDataset:
+    """MIMIC-III in-hospital mortality: 76 features per hour over 48 hours, split by feature (C8).
+
+    As in [CVFL]_: 4 parties of 19 features each (party ``m`` holds features ``19m .. 19m + 18``
+    at every hour: a ``(48, 19)`` time series for a GRU party model), binary, F1; the files'
+    own split. The layouts (NPZ or long CSV) are in :mod:`cvfl_sim.vfl.paper_files`.
+
+    Parameters
+    ----------
+    data_dir : path-like
+        The folder of ``train``/``test`` files, or a folder holding ``mimic3``.
+    parties : int
+        Parties, in ``[1, 76]`` (contiguous near-equal feature blocks).
+    """
+    split = paper_files.read_mimic3(_paper_folder("mimic3", data_dir))
+    blocks = paper_files.party_blocks(paper_files.MIMIC3_FEATURES, parties, "mimic3-mortality")
+
+    def parts(x: np.ndarray) -> list[np.ndarray]:
+        return [x[:, :, b].reshape(len(x), -1) for b in blocks]
+
+    return VerticalDataset.from_split(
+        parts(split.x_train),
+        split.y_train,
+        parts(split.x_test),
+        split.y_test,
+        n_classes=2,
+        metric="f1",
+        name="mimic3-mortality",
+        party_shapes=[(paper_files.MIMIC3_HOURS, len(b)) for b in blocks],
+        info={"classes": list(split.classes)},
+    )
+
+
+PAPER_DATASETS: dict[str, tuple[str, Callable[..., VerticalDataset], dict[str, Any]]] = {
+    "cifar10-quadrants": ("cifar10", cifar10_quadrants, {}),
+    "modelnet10-views-4": ("modelnet10", modelnet10_views, {"parties": 4}),
+    "modelnet10-views-12": ("modelnet10", modelnet10_views, {"parties": 12}),
+    "mimic3-mortality": ("mimic3", mimic3_mortality, {}),
+}
+"""The paper's data sets read from a researcher's files: name -> (kind, loader, its options)."""
+
+PAPER_COUNTERPART = {
+    "digits-quadrants": "cifar10-quadrants",
+    "digits-views-4": "modelnet10-views-4",
+    "digits-views-12": "modelnet10-views-12",
+    "breast-cancer": "mimic3-mortality",
+}
+"""The paper's data set each built-in set stands in for (C8)."""
+
+
 _BUILTINS: dict[str, Callable[..., VerticalDataset]] = {
     "digits-quadrants": digits_quadrants,
     "digits-views": digits_views,
@@ -563,31 +777,55 @@ _BUILTINS: dict[str, Callable[..., VerticalDataset]] = {
 
 
 def dataset_names() -> list[str]:
-    """Names accepted by :func:`load_dataset`."""
+    """The built-in names accepted by :func:`load_dataset` (the paper's sets: :data:`PAPER_DATASETS`)."""
     return sorted(_BUILTINS)
 
 
-def load_dataset(name: str, **kwargs: Any) -> VerticalDataset:
-    """Load a built-in data set by name (offline).
+def load_dataset(
+    name: str, data_dir: str | os.PathLike[str] | None = None, **kwargs: Any
+) -> VerticalDataset:
+    """Load a built-in data set by name (offline), or one of the paper's from your files.
 
     Parameters
     ----------
     name : str
         One of :func:`dataset_names` (``digits-views-4`` / ``digits-views-12`` are accepted as
-        shorthands for ``digits-views`` with ``parties=4`` / ``12``).
+        shorthands for ``digits-views`` with ``parties=4`` / ``12``), or one of
+        :data:`PAPER_DATASETS` (``cifar10-quadrants``, ``modelnet10-views-4``,
+        ``modelnet10-views-12``, ``mimic3-mortality``), which need ``data_dir``.
+    data_dir : path-like, optional
+        For the paper's data sets: the folder of their files, or a folder holding them
+        (``cifar-10-batches-bin``, ``modelnet10``, ``mimic3``; see
+        :mod:`cvfl_sim.vfl.paper_files`). Nothing is downloaded.
     **kwargs
-        Passed to the loader (``test_fraction``, ``rng``, ``parties``).
+        Passed to the loader (``test_fraction``, ``rng``, ``parties``; ``max_train``,
+        ``max_test`` for CIFAR-10; ``image_size``, ``max_per_class`` for ModelNet10).
 
     Raises
     ------
     ValueError
-        Unknown name; the message lists the known ones.
+        Unknown name (the message lists the known ones), ``data_dir`` missing for a paper data
+        set or given for a built-in one, or a damaged file (named).
+    FileNotFoundError
+        The paper data set's files are not in ``data_dir`` (the message says what is looked for).
 
     Examples
     --------
     >>> load_dataset("digits-quadrants").feature_dims
     [16, 16, 16, 16]
     """
+    if isinstance(name, str) and name in PAPER_DATASETS:
+        if data_dir is None:
+            raise ValueError(
+                f"{name} is read from your own files: pass data_dir (the folder holding them; "
+                "nothing is downloaded)"
+            )
+        _, loader, options = PAPER_DATASETS[name]
+        return loader(data_dir, **{**options, **kwargs})
+    if data_dir is not None:
+        raise ValueError(
+            f"data_dir is for the paper's data sets ({', '.join(PAPER_DATASETS)}), not {name!r}"
+        )
     if isinstance(name, str) and name.startswith("digits-views-"):
         suffix = name.rsplit("-", 1)[1]
         if suffix.isdigit():
@@ -595,7 +833,8 @@ def load_dataset(name: str, **kwargs: Any) -> VerticalDataset:
     if name not in _BUILTINS:
         raise ValueError(
             f"unknown data set name {name!r}; known names: {', '.join(dataset_names())} "
-            "(and digits-views-4, digits-views-12)"
+            f"(and digits-views-4, digits-views-12); from your files: {', '.join(PAPER_DATASETS)}"
+            " with data_dir, or load_csv / load_npz"
         )
     return _BUILTINS[name](**kwargs)
 
@@ -642,9 +881,7 @@ def load_npz(
     ax = split_axis % X.ndim
     if ax == 0:
         raise ValueError("split_axis must not be the sample axis 0")
-    if not 1 <= parties <= X.shape[ax]:
-        raise ValueError(f"parties must be in [1, {X.shape[ax]}], got {parties}")
-    blocks = np.array_split(np.arange(X.shape[ax]), parties)
+    blocks = paper_files.party_blocks(X.shape[ax], parties, f"axis {ax} of {x_key} in {p!r}")
     parts = [np.take(X, b, axis=ax) for b in blocks]
     shapes = [tuple(pp.shape[1:]) for pp in parts]
     kwargs.setdefault("party_shapes", shapes)
@@ -661,14 +898,50 @@ def load_csv(
     name: str | None = None,
     **kwargs: Any,
 ) -> VerticalDataset:
-    """Read a local numeric CSV (header row optional), split the feature columns over parties."""
+    """Read a local numeric CSV and split its feature columns over parties.
+
+    The file: comma-separated numbers, one sample per row, an optional header row (a first row
+    that is not all numbers), one column holding the integer class labels ``0 .. K - 1``. The
+    other columns are the features, cut into ``parties`` contiguous near-equal blocks in column
+    order (party 1 the first block). Blank lines are skipped.
+
+    Parameters
+    ----------
+    path : path-like
+        A local ``.csv`` (UTF-8 text; size and field lengths are bounded, see
+        :mod:`cvfl_sim.vfl.files`).
+    label_column : str or int
+        The label column: a header name, or an index (negative counts from the end).
+    parties : int
+        Number of parties, in ``[1, number of feature columns]``.
+    name : str, optional
+        Recorded name (defaults to the file stem).
+    **kwargs
+        Passed to :meth:`VerticalDataset.from_arrays` (``test_fraction``, ``rng``, ``metric``,
+        ``standardize``, ``n_classes``).
+
+    Raises
+    ------
+    ValueError
+        An empty file, rows of different lengths or a field that is not a number (with its
+        line), an unknown label column, labels that are not ``0 .. K - 1``, bad ``parties``.
+    """
     p = _check_path(path)
-    rows = read_csv_rows(p)  # text, bounded size and fields
+    rows = [r for r in read_csv_rows(p) if r]  # text, bounded size and fields
     if not rows:
         raise ValueError(f"{p!r} is empty")
     header: list[str] | None = None
+    first_line = 1
     if not all(_is_number(v) for v in rows[0]):
-        header, rows = rows[0], rows[1:]
+        header, rows, first_line = rows[0], rows[1:], 2
+    if not rows:
+        raise ValueError(f"{p!r} has a header but no data rows")
+    width = len(header) if header is not None else len(rows[0])
+    for i, r in enumerate(rows):
+        if len(r) != width:
+            raise ValueError(
+                f"{p!r}, data row {i + first_line}: {len(r)} fields, the first row has {width}"
+            )
     try:
         data = np.array([[float(v) for v in r] for r in rows], dtype=np.float64)
     except ValueError as err:
@@ -678,10 +951,16 @@ def load_csv(
             raise ValueError(f"label_column {label_column!r} not in the CSV header {header}")
         li = header.index(label_column)
     else:
+        if not -data.shape[1] <= int(label_column) < data.shape[1]:
+            raise ValueError(
+                f"label_column {label_column} is not a column of {p!r} (it has {data.shape[1]})"
+            )
         li = int(label_column) % data.shape[1]
+    if data.shape[1] < 2:
+        raise ValueError(f"{p!r} needs feature columns beside the label; it has one column")
     y = data[:, li]
     X = np.delete(data, li, axis=1)
-    cols = np.array_split(np.arange(X.shape[1]), parties)
+    cols = paper_files.party_blocks(X.shape[1], parties, f"the {X.shape[1]} features of {p!r}")
     return VerticalDataset.from_arrays(
         [X[:, c] for c in cols], y, name=name or os.path.splitext(os.path.basename(p))[0], **kwargs
     )

@@ -84,8 +84,10 @@ class GlooTransport(Transport):
 
     Parameters
     ----------
-    rank, world_size : int
-        This process's rank (0 the server, ``m`` party ``m``) and ``M + 1``.
+    rank : int
+        This process's rank: 0 the server, ``m`` party ``m``.
+    world_size : int
+        The number of ranks, ``M + 1`` (the server and the ``M`` parties).
     init_method : str
         ``"env://"`` (torchrun variables) or ``"tcp://ADDR:PORT"``.
     timeout : float

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import zipfile
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ __all__ = [
     "read_npz",
     "read_csv_rows",
     "read_records",
+    "read_matrix",
 ]
 
 MAX_ARRAY_BYTES = 8 * 2**30
@@ -189,3 +191,76 @@ def read_records(
     if data.size != size:
         raise ValueError(f"{p!r} changed while it was read")
     return data.reshape(n, record_bytes)
+
+
+def read_matrix(path: str | os.PathLike[str], name: str = "X") -> np.ndarray:
+    """Read a matrix ``name`` of shape ``(n, d)`` from a ``.npy`` file, refusing anything else clearly.
+
+    The file's kind is told from its first bytes (an ``.npz`` archive, a pickle, text, an empty
+    file are each named), the ``.npy`` header is checked against the file's size before the array
+    is read (and must stay under :data:`MAX_ARRAY_BYTES`), and pickled object arrays are never
+    loaded (``allow_pickle=False``).
+
+    Raises
+    ------
+    ValueError
+        Naming the file and what is wrong with it.
+    """
+    fmt = np.lib.format
+    path = os.fspath(path)
+    what = f"{path!r}"
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            head = fh.read(len(fmt.MAGIC_PREFIX))
+            header: Any = None
+            if head == fmt.MAGIC_PREFIX:
+                fh.seek(0)
+                try:
+                    version = fmt.read_magic(fh)
+                    read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+                    header = read[version](fh) if version in read else version
+                except ValueError as exc:
+                    header = exc
+            data_bytes = size - fh.tell()
+    except OSError as exc:
+        raise ValueError(f"cannot read {what}: {exc.strerror or exc}") from None
+    if head != fmt.MAGIC_PREFIX:
+        if not head:
+            kind = "is empty (0 bytes)"
+        elif head[:4] == b"PK\x03\x04":
+            kind = f"is an .npz archive; save the one array {name} with numpy.save(path, {name})"
+        elif head[:1] == b"\x80":
+            kind = "is a Python pickle; it is not loaded, since unpickling can run code"
+        else:
+            kind = f"is not a .npy file (it starts with {head!r})"
+        raise ValueError(f"{what} {kind}")
+    if isinstance(header, ValueError):
+        raise ValueError(f"{what} has a damaged .npy header ({header})")
+    if not isinstance(header, tuple) or len(header) != 3:
+        raise ValueError(f"{what} is a .npy file of version {header}; need 1.0 or 2.0")
+    shape, _, dtype = header
+    if dtype.hasobject:
+        raise ValueError(
+            f"{what} holds an object array (Python objects stored as a pickle); it is not "
+            "loaded, since unpickling can run code; save a numeric array"
+        )
+    if dtype.kind not in "fiu":
+        raise ValueError(
+            f"{what} holds dtype {dtype}; {name} must hold real numbers (float or int)"
+        )
+    if len(shape) != 2 or 0 in shape:
+        raise ValueError(f"{what}: {name} must be a non-empty 2-D array (n, d), got shape {shape}")
+    if math.prod(shape) * dtype.itemsize > MAX_ARRAY_BYTES:
+        raise ValueError(
+            f"{what}: {shape} of {dtype} is over MAX_ARRAY_BYTES = {MAX_ARRAY_BYTES} bytes"
+        )
+    if math.prod(shape) * dtype.itemsize != data_bytes:
+        raise ValueError(
+            f"{what}: the header promises {shape} {dtype} but the file holds {data_bytes} data "
+            "bytes (truncated or damaged)"
+        )
+    arr = np.load(path, allow_pickle=False)
+    if arr.shape != tuple(shape):
+        raise ValueError(f"{what} changed while it was read")
+    return np.asarray(arr)

@@ -5,6 +5,7 @@ One helper for every long computation of the simulator (training, probes, certif
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -21,7 +22,8 @@ def progress_bar(
 
     In a Jupyter kernel it is a widget, elsewhere a text bar on stderr. ``progress``: ``None``
     shows it when stderr is a terminal or in a notebook, ``True`` always, ``False`` never (a
-    disabled bar, which costs nothing).
+    disabled bar, which costs nothing). The environment variable ``CVFL_PROGRESS=0`` silences
+    every bar of the process and its children (the docs build sets it).
 
     Examples
     --------
@@ -33,6 +35,8 @@ def progress_bar(
     disable = {True: False, False: True, None: None}[progress]
     if progress is None and _in_notebook():
         disable = False
+    if os.environ.get("CVFL_PROGRESS") == "0":
+        disable = True
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=disable, smoothing=0.0)
 
 

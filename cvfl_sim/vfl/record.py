@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -133,8 +132,12 @@ def check_state(state: Any, dataset: VerticalDataset, config: CVFLConfig) -> tup
 
 
 def checkpoint_identity(dataset: VerticalDataset, config: CVFLConfig) -> str:
-    """The identity a checkpoint of ``train(dataset, config)`` is checked against on resume."""
-    return json.dumps([config.to_dict(), dataset.describe()], sort_keys=True, default=str)
+    """The identity a checkpoint of ``train(dataset, config)`` is checked against on resume.
+
+    Everything that shapes the run; not ``progress``, which only shows it.
+    """
+    described = {k: v for k, v in config.to_dict().items() if k != "progress"}
+    return json.dumps([described, dataset.describe()], sort_keys=True, default=str)
 
 
 def checkpoint_arrays(
@@ -191,6 +194,11 @@ class RunRecord:
         self.t_start = time.perf_counter()
         self._costs: dict[tuple[Any, ...], tuple[RoundBits, float, int, Any]] = {}
         self._last: tuple[Any, ...] = (None, None, 0, None)
+        self.bar: Any = None
+        if config.progress:  # a bar over the rounds (a widget in Jupyter), updated per evaluation
+            from .progress import progress_bar
+
+            self.bar = progress_bar(s.total_rounds, True, f"C-VFL {dataset.name}", unit="round")
 
     def account(self, comps: Sequence[Any], c0: Any, bsz: int) -> int:
         """Count one round's messages in the ledger (C6); return the round's total bits.
@@ -256,12 +264,12 @@ class RunRecord:
             row.update(compression_error=None, embedding_error=None, server_model_error=None)
         self.err_since.clear()
         self.history.append(row)
-        if config.progress:
-            metric = "test_f1" if dataset.metric == "f1" else "test_accuracy"
-            print(
-                f"  round {r}/{self.s.total_rounds} epoch {row['epoch']:.2f} "
-                f"loss {row['train_loss']:.4f} {metric} {row[metric]:.4f} bits {row['bits']:.3e}",
-                file=sys.stderr,
+        if self.bar is not None:
+            metric = dataset.metric
+            self.bar.n = r
+            self.bar.set_postfix_str(
+                f"epoch {row['epoch']:.2f} loss {row['train_loss']:.4f} {metric} "
+                f"{row['test_' + metric]:.4f} bits {row['bits']:.3e}"
             )
 
     def save(
@@ -324,6 +332,8 @@ class RunRecord:
         FloatingPointError
             A parameter is not finite (the run diverged).
         """
+        if self.bar is not None:
+            self.bar.close()
         for net in [*parties, server]:
             for q in net.parameters():
                 if not bool(torch.isfinite(q).all()):

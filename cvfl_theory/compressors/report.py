@@ -104,6 +104,47 @@ class ComparisonReport:
             self.trials,
         ]
 
+    def raw_dict(self) -> dict[str, Any]:
+        """The stored fields (non-finite numbers as floats), as :meth:`from_dict` reads them."""
+        return {
+            "compressor": self.compressor,
+            "shape": list(self.shape),
+            "exact": self.exact,
+            "measured": self.measured,
+            "standard_error": self.standard_error,
+            "published": self.published,
+            "trials": self.trials,
+            "payload_bits": self.payload_bits,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "the report") -> ComparisonReport:
+        """A report from :meth:`raw_dict` (or a result file), each field checked."""
+        from ..store import checked_field
+
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: a report is a JSON object")
+        shape = checked_field(d, "shape", list, where)
+        if not shape or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in shape):
+            raise ValueError(f"{where}: shape must be sizes >= 1, got {shape!r}"[:300])
+        nums = {
+            k: float(checked_field(d, k, (int, float), where))
+            for k in ("exact", "measured", "standard_error", "published")
+        }
+        if nums["exact"] < 0 or nums["standard_error"] < 0 or math.isnan(nums["exact"]):
+            raise ValueError(f"{where}: exact and standard_error must be >= 0")
+        trials = checked_field(d, "trials", int, where)
+        bits = checked_field(d, "payload_bits", int, where)
+        if trials < 2 or bits < 0:
+            raise ValueError(f"{where}: trials must be >= 2 and payload_bits >= 0")
+        return cls(
+            compressor=checked_field(d, "compressor", str, where),
+            shape=tuple(shape),
+            trials=trials,
+            payload_bits=bits,
+            **nums,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able numbers (``shape`` as a list; non-finite numbers as strings)."""
         d = dict(zip(REPORT_COLUMNS, self.record()))

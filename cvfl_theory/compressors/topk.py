@@ -88,6 +88,11 @@ class TopK(Compressor):
         """Constructor arguments."""
         return {"k": self.k, "bits": self.bits, "r": self.r}
 
+    def __repr__(self) -> str:
+        """``TopK(k=3, r=32)`` or ``TopK(bits=4, r=32)``: the argument given, not the other."""
+        given = f"k={self.k!r}" if self.k is not None else f"bits={self.bits!r}"
+        return f"TopK({given}, r={self.r!r})"
+
     def k_for(self, P: int) -> int:
         r"""Components kept in a row of length ``P``.
 

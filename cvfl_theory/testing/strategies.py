@@ -30,6 +30,8 @@ __all__ = [
     "centre_specs",
     "encoders",
     "encoder_problems",
+    "protocols",
+    "protocol_problems",
     "tensors",
     "compressors",
     "compressor_problems",
@@ -204,6 +206,58 @@ def encoder_problems(**matrix_kwargs: Any) -> Any:
     return data_matrices(**matrix_kwargs).flatmap(
         lambda X: st.tuples(encoders(n=X.shape[0], d=X.shape[1]), st.just(X))
     )
+
+
+def protocols(*, names: Sequence[str] | None = None, r_seed: int = 32) -> Any:
+    """Any K3 protocol at any float width ``r`` in {16, 32, 64}, with seeds of ``r_seed`` bits.
+
+    ``names`` restricts it to some of :data:`~cvfl_theory.protocols.PROTOCOLS`. A protocol drawn alone may not carry a given encoder's messages; draw compatible triples
+    with :func:`protocol_problems`.
+    """
+    st = _st()
+    from ..protocols import PROTOCOLS
+
+    chosen = list(PROTOCOLS) if names is None else list(names)
+    unknown = [n for n in chosen if n not in PROTOCOLS]
+    if unknown or not chosen:
+        raise ValueError(f"names must be some of {list(PROTOCOLS)}, got {chosen}")
+    r_seed = check_int_in_range(r_seed, "r_seed", 1, 64)
+    return st.builds(
+        lambda name, r: PROTOCOLS[name](r=r, r_seed=r_seed),
+        st.sampled_from(chosen),
+        st.sampled_from((16, 32, 64)),
+    )
+
+
+def protocol_problems(**matrix_kwargs: Any) -> Any:
+    """Triples ``(encoder, protocol, X)``: the protocol can carry the encoder's messages.
+
+    The protocol is drawn among :func:`~cvfl_theory.protocols.applicable_protocols` of the
+    encoder (its ``check_encoder`` accepts it), with ``r`` in {16, 32, 64}, so a test never has to
+    filter ``check_applicable`` errors itself. ``matrix_kwargs`` go to :func:`data_matrices`.
+
+    Examples
+    --------
+    >>> from hypothesis import given, settings
+    >>> @settings(max_examples=5, deadline=None)
+    ... @given(protocol_problems(max_n=3, max_d=5))
+    ... def test_bits_are_positive(problem):
+    ...     encoder, protocol, X = problem
+    ...     assert protocol.expected_bits(encoder, X) > 0
+    >>> test_bits_are_positive()
+    """
+    st = _st()
+    from ..protocols import applicable_protocols
+
+    def with_protocol(pair: tuple[Any, np.ndarray]) -> Any:
+        encoder, X = pair
+        return st.sampled_from((16, 32, 64)).flatmap(
+            lambda r: st.sampled_from(applicable_protocols(encoder, r=r)).map(
+                lambda proto: (encoder, proto, X)
+            )
+        )
+
+    return encoder_problems(**matrix_kwargs).flatmap(with_protocol)
 
 
 def tensors(

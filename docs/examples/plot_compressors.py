@@ -50,3 +50,19 @@ ax.set_ylabel(r"$E_m = \mathbb{E}\|C(h) - h\|_F^2$ (B=32, P=64, range [-1, 1])")
 ax.set_title("Exact compression error vs the published bounds")
 ax.legend(fontsize="small")
 plt.show()
+
+# %%
+# The same comparison for every compressor and bit width in one call, on any embedding (here a
+# heavy-tailed one; the quantizers' range is the embedding's own): :func:`~cvfl_theory.compressors.compare_bits`
+# returns a :class:`~cvfl_theory.compressors.BitsSweep` that prints as a table, plots with
+# :func:`~cvfl_theory.compressors.plot_compressors` and saves with ``sweep.save(path)``
+# (``cvfl compare --embeddings H.npy --bits 1-8 --plot sweep.png`` from the command line):
+
+from cvfl_theory.compressors import compare_bits, plot_compressors
+
+H = np.random.default_rng(2).standard_t(4, size=(B, P))
+sweep = compare_bits(H, bits=range(1, 9), trials=50, rng=3)
+fig, ax = plt.subplots(figsize=(7, 4.5))
+plot_compressors(sweep, ax=ax)
+plt.show()
+sweep
