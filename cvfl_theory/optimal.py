@@ -534,7 +534,7 @@ class OptimalResult:
         return all(c.holds(tol) for c in certs)
 
     def summary(self) -> str:
-        """A few lines describing the solution."""
+        """A few lines describing the solution (wrapped at :data:`~cvfl_theory.table.TEXT_WIDTH`)."""
         lines = [
             f"method {self.method} ({self.solver_status}), protocol {self.protocol}, r={self.r}",
             f"budget B = {self.budget if self.budget is not None else 'per node'}; expected bits "
@@ -563,7 +563,15 @@ class OptimalResult:
                 f"{len(self.certificate)} per-node certificates, worst relative stationarity "
                 f"{worst:.3g}; all hold: {self.certified()}"
             )
-        return "\n".join(lines)
+        from . import table
+
+        if table.TEXT_WIDTH is None:
+            return "\n".join(lines)
+        import textwrap
+
+        return "\n".join(
+            textwrap.fill(line, table.TEXT_WIDTH, subsequent_indent="  ") for line in lines
+        )
 
     def __str__(self) -> str:
         return self.summary()

@@ -33,7 +33,7 @@ def test_train_on_a_csv_splits_its_columns_over_the_parties(user_files, tmp_path
     argv = ["train", "--dataset", str(csv), "--label-column", "label", "--parties", "3"]
     assert main([*argv, "--epochs", "2", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "name='mine', parties=3, D_m=[3, 2, 2]" in text
+    assert "mine: 3 parties (D_m = [3, 2, 2]), " in text
     res = RunResult.load(out)
     assert res.dataset["n_parties"] == 3 and res.dataset["n_train"] + res.dataset["n_test"] == 90
     assert len(res.history) == 3
@@ -43,7 +43,7 @@ def test_train_and_bound_on_an_npz(user_files, capsys):
     *_, npz = user_files
     common = ["--x-key", "features", "--y-key", "target", "--split-axis", "1", "--parties", "2"]
     assert main(["train", str(npz), *common, "--epochs", "1"]) == 0
-    assert "parties=2, D_m=[4, 3]" in capsys.readouterr().out
+    assert "mine: 2 parties (D_m = [4, 3])" in capsys.readouterr().out
     assert main(["bound", "--dataset", str(npz), *common, "--quick", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["dataset"]["name"] == "mine" and doc["dataset"]["feature_dims"] == [4, 3]
@@ -158,3 +158,14 @@ def test_tables_print_in_panels_of_100_columns_unless_wide(capsys):
         assert len(str(t).splitlines()) == 4 and max(map(len, str(t).splitlines())) > 100
     argv = ["compare", "--bits", "2-3", "--trials", "5", "--batch", "2", "--width", "3"]
     assert main([*argv, "--wide"]) == 0 and main(["--wide", *argv]) == 0
+
+
+def test_verify_gives_the_same_report_on_workers_as_in_process(tmp_path, capsys):
+    argv = ["verify", "--trials", "30", "--checks", "k1", "--no-progress", "--json"]
+    assert main([*argv, "--jobs", "1"]) == 0
+    serial = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--jobs", "2"]) == 0
+    parallel = json.loads(capsys.readouterr().out)
+    serial.pop("seconds"), parallel.pop("seconds")
+    assert parallel == serial and serial["passed"] == 20 + 2
+    assert [c["label"] for c in serial["proofs_checks"]] == ["K1.1", "K1.2"]

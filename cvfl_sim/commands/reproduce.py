@@ -16,6 +16,7 @@ import argparse
 import math
 import os
 import sys
+import textwrap
 import time
 from typing import Any
 
@@ -230,7 +231,13 @@ def _report(name: str, out: dict[str, Any], seconds: float, write: Any) -> None:
     """
 
     def say(line: str) -> None:
-        write(line, sys.stdout)
+        from cvfl_theory import table
+
+        width = table.TEXT_WIDTH
+        write(
+            line if width is None else textwrap.fill(line, width, subsequent_indent="    "),
+            sys.stdout,
+        )
 
     say(f"{name}: results in {out['folder']} ({seconds:.1f}s)")
     head = out.get("headline")

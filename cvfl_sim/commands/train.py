@@ -63,6 +63,14 @@ def _json_path(out: str) -> str:
     return out if out.endswith(".json") else out + ".json"
 
 
+def _dims(dims: list[int]) -> str:
+    """``[16, 16, 16, 16]`` as ``4 x 16``, else the list (cut after 6 parties)."""
+    if len(set(dims)) == 1:
+        return f"{len(dims)} x {dims[0]}"
+    shown = ", ".join(map(str, dims[:6]))
+    return f"[{shown}{', ...' if len(dims) > 6 else ''}]"
+
+
 def interrupted(args: argparse.Namespace) -> str:
     """What Ctrl-C leaves behind, and how to resume."""
     ck = getattr(args, "checkpoint", None)
@@ -97,7 +105,11 @@ def run(args: argparse.Namespace) -> int:
         res = train(ds, cfg, checkpoint=args.checkpoint, backend=args.backend)
     col = "test_f1" if ds.metric == "f1" else "test_accuracy"
     print(
-        f"{ds!r}\n{'epoch':>7} {'round':>6} {'train_loss':>10} {col:>13} {'bits':>11} "
+        f"{ds.name}: {ds.n_parties} parties (D_m = {_dims(ds.feature_dims)}), {ds.n_train} "
+        f"train / {ds.n_test} test samples, {ds.n_classes} classes, metric {ds.metric}"
+    )
+    print(
+        f"{'epoch':>7} {'round':>6} {'train_loss':>10} {col:>13} {'bits':>11} "
         f"{'paper_bits':>11} {'comp_error':>11}"
     )
     for row in res.history:

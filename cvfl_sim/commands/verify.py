@@ -8,12 +8,14 @@ skipped unless ``--checks`` names some). A progress bar goes to stderr (a widget
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
+import os
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from concurrent.futures import as_completed
+from typing import Any
 
 from ._common import check_output_file
 
@@ -45,6 +47,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(none with X.npy)",
     )
     p.add_argument("--out", default=None, help="save the report (VerifyReport.load reads it)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="worker processes (default: every core; 1: all in this process); the results "
+        "are the same whatever the number",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--json",
@@ -70,6 +79,26 @@ def _wrapped(text: str, indent: int) -> str:
     )
 
 
+def _results(tasks: list[tuple[Any, ...]], trials: int, jobs: int) -> Iterator[tuple[Any, ...]]:
+    """The results of ``tasks`` as they finish: in this process, or on ``jobs`` workers."""
+    from ..experiments.verify_suite import run_task
+
+    if jobs <= 1:
+        for task in tasks:
+            yield run_task(task, trials)
+        return
+    from joblib.externals.loky import get_reusable_executor
+
+    pool = get_reusable_executor(max_workers=jobs, timeout=10)
+    futures = [pool.submit(run_task, task, trials) for task in tasks]
+    try:
+        for future in as_completed(futures):
+            yield future.result()  # a worker's error reaches the user with its cause
+    finally:
+        for future in futures:
+            future.cancel()
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the suite and the proofs checks; return 0 if everything passed."""
     if args.trials < 2:
@@ -90,48 +119,50 @@ def run(args: argparse.Namespace) -> int:
         if X.dtype.kind != "f":
             X = X.astype(np.float64)
         datasets = {f"{args.data} {X.shape[0]}x{X.shape[1]} {X.dtype}": X}
-    from cvfl_theory.verify import verify
     from proofs_checks import all_checks
 
     from ..experiments.verify_suite import VerifyReport, suite_runs, summary_tables
     from ..vfl.progress import progress_bar
+    from ..vfl.threads import check_threads
 
+    if args.jobs is not None:
+        check_threads(args.jobs, "--jobs")
+    jobs = (os.cpu_count() or 1) if args.jobs is None else args.jobs
     prefix = args.checks if args.checks is not None else ("" if args.data is None else None)
-    checks = [] if prefix is None else [(n, f) for n, f in all_checks() if n.startswith(prefix)]
+    checks = [] if prefix is None else [n for n, _ in all_checks() if n.startswith(prefix)]
     runs = suite_runs(args.seed, datasets)
+    # the checks first (they take longer), then the suite: the workers finish together
+    tasks: list[tuple[Any, ...]] = [("check", i, m) for i, m in enumerate(checks)]
+    tasks += [("run", i, *run) for i, run in enumerate(runs)]
     # With --json, stdout carries the JSON document only; the text report goes to stderr.
     out = sys.stderr if args.json else sys.stdout
     t0 = time.perf_counter()
     report = VerifyReport(trials=args.trials, seed=args.seed, data=args.data or "built-in")
+    done: dict[tuple[str, int], tuple[Any, ...]] = {}
     shown = False if args.no_progress else None
-    with progress_bar(len(runs) + len(checks), shown, "cvfl verify", unit="check") as bar:
+    with progress_bar(len(tasks), shown, "cvfl verify", unit="check") as bar:
+        for result in _results(tasks, args.trials, min(jobs, len(tasks))):
+            done[result[0], result[1]] = result
+            bar.update(1)
 
         def say(text: str = "") -> None:
             bar.write(text, out)
 
-        for name, X, enc, seed in runs:
-            bar.set_postfix_str(f"{type(enc).__name__} on {name.split()[0]}", refresh=False)
-            res = verify(enc, X, trials=args.trials, rng=seed)
+        for i in range(len(runs)):
+            _, _, name, res = done["run", i]
             report.suite.append((name, res))
-            bar.update(1)
             if args.details:
                 say(f"{res}\n")
         for table in summary_tables(report.suite):
             say(f"{table}\n")
         if checks:
             say("claims of the theory pages (proofs_checks): symbolic derivation + numeric pair")
-        for name, fn in checks:
-            bar.set_postfix_str(name, refresh=False)
-            printed = io.StringIO()
-            with contextlib.redirect_stdout(printed):  # a check's own lines are notes
-                r = fn()
+        for i in range(len(checks)):
+            _, _, r, printed = done["check", i]
             report.checks.append(r)
-            bar.update(1)
             say(_wrapped(r.row(), 0))
-            for line in [
-                *printed.getvalue().splitlines(),
-                *([f"note: {r.note}"] if r.note else []),
-            ]:
+            notes = [*printed.splitlines(), *([f"note: {r.note}"] if r.note else [])]
+            for line in notes:
                 say(_wrapped(line.strip(), 8))
     seconds = time.perf_counter() - t0
     if args.out is not None:

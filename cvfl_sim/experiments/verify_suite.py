@@ -33,6 +33,7 @@ __all__ = [
     "default_encoders",
     "suite_runs",
     "run_suite",
+    "run_task",
     "summary_tables",
     "summary_table",
     "VerifyReport",
@@ -69,6 +70,27 @@ def run_suite(
     """Yield ``(data set name, result)`` for every encoder on every data set."""
     for name, X, enc, rng in suite_runs(seed, datasets):
         yield name, verify(enc, X, trials=trials, rng=rng)
+
+
+def run_task(task: tuple[Any, ...], trials: int) -> tuple[Any, ...]:
+    """One unit of ``cvfl verify``, as a worker process runs it.
+
+    ``("run", i, name, X, encoder, seed)`` gives ``("run", i, name, VerifyResult)``;
+    ``("check", i, module)`` runs ``proofs_checks.<module>.check()`` and gives ``("check", i,
+    CheckResult, what it printed)`` (a check's own lines are notes, never this process's stdout).
+    """
+    if task[0] == "run":
+        _, i, name, X, encoder, seed = task
+        return ("run", i, name, verify(encoder, X, trials=trials, rng=seed))
+    import contextlib
+    import importlib
+    import io
+
+    _, i, module = task
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        result = importlib.import_module(f"proofs_checks.{module}").check()
+    return ("check", i, result, printed.getvalue())
 
 
 def _compact(encoder: str) -> str:
