@@ -42,6 +42,8 @@ __all__ = [
     "read_result",
     "result_path",
     "checked_field",
+    "dataclass_fields",
+    "dataclass_from_fields",
 ]
 
 FORMAT = "cvfl-result"
@@ -219,3 +221,95 @@ def checked_field(fields: Mapping[str, Any], name: str, kinds: Any, where: str) 
         names = " or ".join(k.__name__ for k in allowed)
         raise ValueError(f"{where}: field {name!r} must be {names}, got {v!r}"[:300])
     return v
+
+
+def dataclass_fields(obj: Any) -> dict[str, Any]:
+    """A (nested) dataclass's fields as plain values, as :func:`dataclass_from_fields` reads them.
+
+    Tuples become lists; floats stay floats, non-finite ones too.
+    """
+    import dataclasses
+
+    def plain(v: Any) -> Any:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, Mapping):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, np.generic):
+            return v.item()
+        return v
+
+    return dict(plain(obj))
+
+
+def dataclass_from_fields(cls: Any, d: Any, where: str) -> Any:
+    """Rebuild dataclass ``cls`` from :func:`dataclass_fields`, every field checked by its hint.
+
+    Understood hints: ``bool``, ``int``, ``float`` (an int is accepted), ``str``, ``None``
+    unions (``X | None``), ``tuple[X, ...]``, ``list[X]``, ``dict[str, X]``, nested dataclasses and
+    ``Any`` (any JSON value). A field with a default may be missing; an unknown field is refused,
+    as is a value of the wrong kind (a bool is never a number); the message names the field.
+    The class's own ``__post_init__`` checks run as usual.
+    """
+    import dataclasses
+    import types
+    import typing
+
+    def build(hint: Any, v: Any, w: str) -> Any:
+        origin = typing.get_origin(hint)
+        args = typing.get_args(hint)
+        if hint is Any:
+            return v
+        if origin in (typing.Union, types.UnionType):
+            if v is None and type(None) in args:
+                return None
+            errors = []
+            for a in (a for a in args if a is not type(None)):
+                try:
+                    return build(a, v, w)
+                except ValueError as exc:
+                    errors.append(str(exc))
+            raise ValueError(errors[0] if errors else f"{w}: {v!r} is not allowed")
+        if dataclasses.is_dataclass(hint):
+            return dataclass_from_fields(hint, v, w)
+        if origin is tuple or origin is list:
+            if not isinstance(v, list):
+                raise ValueError(f"{w} must be a list, got {type(v).__name__}")
+            item = args[0] if args else Any
+            out = [build(item, x, f"{w}[{i}]") for i, x in enumerate(v)]
+            return tuple(out) if origin is tuple else out
+        if origin is dict:
+            if not isinstance(v, dict):
+                raise ValueError(f"{w} must be an object, got {type(v).__name__}")
+            item = args[1] if len(args) == 2 else Any
+            return {str(k): build(item, x, f"{w}[{k!r}]") for k, x in v.items()}
+        if hint is float:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"{w} must be a number, got {v!r}"[:200])
+            return float(v)
+        if hint in (int, bool, str):
+            if not isinstance(v, hint) or (hint is int and isinstance(v, bool)):
+                raise ValueError(f"{w} must be {hint.__name__}, got {v!r}"[:200])
+            return v
+        raise TypeError(f"{w}: cannot read a field of type {hint!r}")
+
+    if not isinstance(d, dict):
+        raise ValueError(f"{where} must be an object, got {type(d).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(d) - set(known))
+    if unknown:
+        raise ValueError(f"{where}: unknown fields {unknown} for {cls.__name__}")
+    kwargs = {}
+    for name, f in known.items():
+        if name not in d:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"{where}: missing field {name!r} of {cls.__name__}")
+            continue
+        kwargs[name] = build(hints[name], d[name], f"{where}: {name}")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from None

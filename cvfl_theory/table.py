@@ -165,7 +165,10 @@ class Table:
                 widths[k + n - 1] += len(g) - span
             k += n
         panels = self._panels(widths, width)
-        lines = [self.title] if self.title else []
+        limit = TEXT_WIDTH if width == -1 else width
+        lines = _wrap(self.title, limit) if self.title and limit is not None else []
+        if self.title and limit is None:
+            lines = [self.title]
         for i, cols in enumerate(panels):
             if i:
                 lines.append("")
@@ -208,13 +211,22 @@ class Table:
             return [every]
         keys = every[: self.key_columns]
         used = sum(widths[c] + 2 for c in keys)
+        group = self._group_of()
         panels: list[list[int]] = []
         current: list[int] = []
         size = used
         for c in every[self.key_columns :]:
             if current and size + widths[c] > limit:
-                panels.append(keys + current)
-                current, size = [], used
+                # break before the group that would be cut, when the panel keeps other columns
+                start = len(current)
+                while start > 0 and group[c] and group[current[start - 1]] == group[c]:
+                    start -= 1
+                if start == 0:  # the whole panel is this group: cut the group here
+                    start = len(current)
+                carry = current[start:]
+                panels.append(keys + current[:start])
+                current = carry
+                size = used + sum(widths[k] + 2 for k in carry)
             current.append(c)
             size += widths[c] + 2
         if current or not panels:

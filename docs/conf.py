@@ -68,6 +68,7 @@ API_SECTIONS = [
             "cvfl_theory.verify",
             "cvfl_theory.bitpack",
             "cvfl_theory.table",
+            "cvfl_theory.store",
         ],
     ),
     (
@@ -85,6 +86,7 @@ API_SECTIONS = [
             "cvfl_theory.compressors.topk",
             "cvfl_theory.compressors.identity",
             "cvfl_theory.compressors.report",
+            "cvfl_theory.compressors.sweep",
             "cvfl_theory._kernels",
             "cvfl_theory.lattice",
             "cvfl_theory.bounds",

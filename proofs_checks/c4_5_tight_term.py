@@ -35,8 +35,7 @@ from cvfl_sim.bounds.tight_term import (
     CE_THIRD,
     SOFTMAX_LIPSCHITZ,
     SUBGAUSSIAN_FOURTH,
-    _local_constants,
-    _Softmax,
+    local_softmax_constants,
     tight_lemma1_bound_for,
 )
 from cvfl_theory.compressors import HexLatticeQuantizer, Identity, ScalarQuantizer
@@ -172,8 +171,7 @@ def _softmax_constants(seed: int = 0) -> tuple[float, float, float]:
             r = float(torch.empty(1).uniform_(0.0, 2.0, generator=gen))
             w = torch.randn(K, generator=gen, dtype=torch.float64)
             w = w / torch.linalg.vector_norm(w) * r * float(torch.rand(1, generator=gen))
-            sm = _Softmax(np.zeros(1), np.array([1.0 - float(pu.max())]))
-            lam, kap = _local_constants(sm, np.array([r]))
+            lam, kap = local_softmax_constants(1.0 - float(pu.max()), np.array([r]))
             Jw = torch.autograd.functional.jacobian(lambda t: torch.softmax(t, 0), u + w)
             secw = _second_directional(u + w, v)
             worst_local = max(

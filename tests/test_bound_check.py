@@ -288,3 +288,29 @@ def test_cli_threads_is_checked_before_work(capsys):
 
     assert main(["bound", "--threads", "0"]) == 2  # refused before any data is loaded
     assert "--threads must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_a_bound_check_is_kept_and_loaded_exactly(runs, tmp_path):
+    import json
+
+    _, run_q, c_q = runs["scalar2"]
+    chk = bound_vs_observed(run_q, c_q)
+    from cvfl_sim.bounds.theorems import BoundCheck
+
+    back = BoundCheck.load(chk.save(tmp_path / "check"))
+    assert back.to_dict() == chk.to_dict() and str(back) == str(chk)
+    assert back.applies == chk.applies and back.why == chk.why
+    assert list(back.to_dataframe().columns) == ["quantity", "value", "note"]
+    path = tmp_path / "check.json"
+    doc = json.loads(path.read_text())
+    # a verdict that says "holds" where the stored hypotheses fail (or the reverse) is refused
+    doc["fields"]["verdict"] = "holds" if not chk.applies else "does not apply: forged"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="contradicts the hypotheses"):
+        BoundCheck.load(path)
+    doc["fields"]["verdict"] = chk.verdict
+    name = next(iter(doc["fields"]["ratios"]))
+    doc["fields"]["ratios"][name] *= 0.5  # a ratio that is not total / observed
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="not its total over the observed"):
+        BoundCheck.load(path)

@@ -237,3 +237,26 @@ def test_probe_refuses_bad_input_and_reuse(ds):
     with pytest.raises(ValueError, match="no local step"):
         TrajectoryProbe(ds, cfg).certificate(res)
     assert math.isfinite(res.summary["train_seconds"])
+
+
+def test_a_certificate_is_kept_and_loaded_exactly(ds, tmp_path):
+    import json
+
+    from cvfl_sim.bounds.certificate import Certificate
+
+    cfg = _cfg()
+    probe = TrajectoryProbe(ds, cfg, progress=False)
+    cert = probe.certificate(train(ds, cfg, probe=probe))
+    back = Certificate.load(cert.save(tmp_path / "cert"))
+    assert back.to_dict() == cert.to_dict() and str(back) == str(cert)
+    path = tmp_path / "cert.json"
+    doc = json.loads(path.read_text())
+    doc["fields"]["alpha"] = 1.5
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"alpha in \(0, 1\)"):
+        Certificate.load(path)
+    doc["fields"]["alpha"] = cert.alpha
+    doc["fields"]["terms"]["curvature"] = "small"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="curvature must be a number"):
+        Certificate.load(path)

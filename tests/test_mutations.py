@@ -14,6 +14,11 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+import cvfl_sim.bounds.analytic_constants as analytic
+import cvfl_sim.bounds.certificate as certificate
+import cvfl_sim.bounds.lemma1 as lemma1
+import cvfl_sim.bounds.theorems as theorems
+import cvfl_sim.bounds.tight_term as tight
 import cvfl_theory.encoders as encoders
 import cvfl_theory.waterfill as waterfill
 from cvfl_theory.compressors import HexLatticeQuantizer, ScalarQuantizer, TopK
@@ -32,6 +37,10 @@ GUARDED = [
     "c5_2_hex_lattice",
     "c5_3_hex_codebook",
     "c5_4_topk",
+    "c4_1_lemma1_measured",
+    "c4_2_analytic_constants",
+    "c4_5_tight_points",
+    "c4_7_certificate",
 ]
 
 
@@ -160,6 +169,210 @@ def _lattice_scaled(factor: float) -> Callable[[pytest.MonkeyPatch], None]:
     return mutate
 
 
+# ------------------------------------------------------------------ C4: Lemma 1, Theorem 4.2
+def fourth_moment_factor(mp: pytest.MonkeyPatch) -> None:
+    """C4.5 Step 5: E||zeta||^4 <= (tr C)^2 + tr C^2 (the factor 2 of 2 tr C^2 dropped)."""
+    mp.setattr(
+        tight,
+        "_fourth_moment",
+        lambda C: (
+            np.trace(C, axis1=-2, axis2=-1) ** 2 + np.sum(C * np.swapaxes(C, -1, -2), axis=(-2, -1))
+        ),
+    )
+
+
+def norm4_factor(mp: pytest.MonkeyPatch) -> None:
+    """C4.5 Step 5: E||eps||^4 <= (sum P s^2)^2 + sum P s^4 (the factor 2 dropped)."""
+    mp.setattr(tight, "_norm4_bound", lambda mean2, sum_s4: mean2**2 + sum_s4)
+
+
+def ball_exponent_without_sqrt2(mp: pytest.MonkeyPatch) -> None:
+    """C4.5 Step 3: the off-top mass on the ball grows like e^r instead of e^{sqrt2 r}."""
+
+    def local(sm, radius):
+        with np.errstate(over="ignore"):
+            dr = np.minimum(1.0, sm.delta * np.exp(radius) / (1.0 - sm.delta))
+        return np.minimum(tight.SOFTMAX_LIPSCHITZ, 2.0 * dr), np.minimum(
+            tight.CE_THIRD, 4.0 * np.sqrt(2.0) * dr
+        )
+
+    mp.setattr(tight, "_local_constants", local)
+
+
+def local_lipschitz_halved(mp: pytest.MonkeyPatch) -> None:
+    """C4.5 Step 3: lambda_r = min(1/2, delta_r) instead of min(1/2, 2 delta_r)."""
+    orig = tight._local_constants
+
+    def local(sm, radius):
+        lam, kap = orig(sm, radius)
+        return np.where(lam < tight.SOFTMAX_LIPSCHITZ, 0.5 * lam, lam), kap
+
+    mp.setattr(tight, "_local_constants", local)
+
+
+def scalar_radius_s(mp: pytest.MonkeyPatch) -> None:
+    """C4.5 Step 3: a scalar dither component reaches s, not Delta/2 = sqrt3 s."""
+    mp.setitem(tight._MAX_SQ, "scalar", 1.0)
+
+
+def hex_radius_scalar(mp: pytest.MonkeyPatch) -> None:
+    """C4.5 Step 3: the hexagon's components charged 3 s^2 (the scalar's) instead of 24/5 s^2."""
+    mp.setitem(tight._MAX_SQ, "hex", 3.0)
+    mp.setitem(tight._MAX_SQ, "dithered", 3.0)
+
+
+def remainder_incoherent(mp: pytest.MonkeyPatch) -> None:
+    """C4.5 Step 2: the remainder averaged as if independent over samples (a false 1/sqrt B)."""
+    orig = tight._dithered_remainder
+    # positional arguments: m, W, sizes, zeta, s2 (M, B), ...
+    mp.setattr(tight, "_dithered_remainder", lambda *a: orig(*a) / np.sqrt(a[4].shape[1]))
+
+
+def minkowski_without_cross_term(mp: pytest.MonkeyPatch) -> None:
+    """C4.5 Step 2: F + R instead of (sqrt F + sqrt R)^2."""
+    mp.setattr(tight, "_minkowski", lambda first, rem: first + rem)
+
+
+def hessian_server_block_over_b(mp: pytest.MonkeyPatch) -> None:
+    """C3.4 analytic H_m: the coherent server block divided by b instead of sqrt b."""
+    mp.setattr(analytic, "_server_block_bound", lambda a, z, b: (analytic.SQRT2 + 0.5 * a * z) / b)
+
+
+def hessian_embedding_block_halved(mp: pytest.MonkeyPatch) -> None:
+    """C3.4 analytic H_m: the embedding block ||A_m|| ||A_-m|| / (4 b) instead of / (2 b)."""
+    orig = analytic._embedding_block_bound
+    mp.setattr(analytic, "_embedding_block_bound", lambda *a: 0.5 * orig(*a))
+
+
+def analytic_sqrt2_dropped(mp: pytest.MonkeyPatch) -> None:
+    """C3.1/C3.4 analytic constants: ||g_i|| <= 1 instead of sqrt 2 (server block and L's bilinear part)."""
+    mp.setattr(analytic, "SQRT2", 1.0)
+
+
+def sigma2_population_n(mp: pytest.MonkeyPatch) -> None:
+    """C3.3 analytic sigma^2: (N - b)/(b N) instead of (N - b)/(b (N - 1)) (without replacement)."""
+
+    def factor(N, B, sizes):
+        return B * max((N - b) / (b * N) for b in sizes)
+
+    mp.setattr(analytic, "_worst_batch_factor", factor)
+
+
+def jacobian_without_bias(mp: pytest.MonkeyPatch) -> None:
+    """C3.5 analytic G_m: the features without their constant 1 (the bias column forgotten)."""
+
+    def sup(X, B):
+        X = np.asarray(X, dtype=np.float64)
+        rows = np.sort(np.sum(X**2, axis=1))[::-1]
+        return float(np.sqrt(min(np.linalg.norm(X, 2) ** 2, rows[:B].sum())))
+
+    mp.setattr(analytic, "embedding_jacobian_sup", sup)
+
+
+def segment_without_bilinear(mp: pytest.MonkeyPatch) -> None:
+    """C4.7: the certified segment smoothness without its bilinear part sqrt2/N sum_i r_i."""
+    mp.setattr(certificate, "segment_smoothness", lambda ends, data: max(ends))
+
+
+def certificate_curvature_quarter(mp: pytest.MonkeyPatch) -> None:
+    """C4.7: the curvature term L eta^2 ||g||^2 / 4 instead of / 2."""
+    orig = certificate.TrajectoryProbe._segment
+
+    def segment(self, end_value):
+        before = self.sums.curvature
+        orig(self, end_value)
+        self.sums.curvature = before + 0.5 * (self.sums.curvature - before)
+
+    mp.setattr(certificate.TrajectoryProbe, "_segment", segment)
+
+
+def _certificate_sums(change: Callable) -> Callable[[pytest.MonkeyPatch], None]:
+    import dataclasses
+
+    def mutate(mp: pytest.MonkeyPatch) -> None:
+        orig = certificate.Certificate.of.__func__
+        mp.setattr(
+            certificate.Certificate,
+            "of",
+            classmethod(lambda cls, S, *a: orig(cls, dataclasses.replace(S, **change(S)), *a)),
+        )
+
+    return mutate
+
+
+certificate_staleness_quarter = _certificate_sums(lambda S: {"error": 0.5 * S.error})
+certificate_staleness_quarter.__doc__ = (
+    "C4.7: the staleness term ||b||^2 / (4 alpha), not / (2 alpha)."
+)
+certificate_reuse_cross_dropped = _certificate_sums(lambda S: {"reuse_cross": 0.0})
+certificate_reuse_cross_dropped.__doc__ = (
+    "C4.7: the batch-reuse drift ||grad F^t - grad F^t0|| ||s^t0|| dropped."
+)
+certificate_sampling_dropped = _certificate_sums(lambda S: {"sampling": 0.0})
+certificate_sampling_dropped.__doc__ = "C4.7: the sampling term at the round starts dropped."
+
+
+def report_min_over_probes(mp: pytest.MonkeyPatch) -> None:
+    """C4.1: the run's H_m, G_m the minimum over the probed points instead of the maximum."""
+    orig = lemma1.Lemma1Report.__init__
+
+    def init(self, *a, **k):
+        orig(self, *a, **k)
+        self.H, self.G = self.H_point.min(axis=0), self.G_point.min(axis=0)
+
+    mp.setattr(lemma1.Lemma1Report, "__init__", init)
+
+
+def probe_smaller_point(mp: pytest.MonkeyPatch) -> None:
+    """C4.1: a probe's H_m the smaller of its two points (exact and compressed), not the larger."""
+    mp.setattr(lemma1, "max", min, raising=False)  # the module's only max(): H over the two points
+
+
+def with_lemma1_minimum(mp: pytest.MonkeyPatch) -> None:
+    """C4.2: Constants.with_lemma1 takes the minimum of its constants and the probe's maxima."""
+    import dataclasses
+
+    def lowered(self, report):
+        return dataclasses.replace(
+            self,
+            H=tuple(float(v) for v in np.minimum(np.asarray(self.H), report.H)),
+            G=tuple(float(v) for v in np.minimum(np.asarray(self.G), report.G)),
+            points=self.points + int(report.left.shape[0]),
+        )
+
+    mp.setattr(theorems.Constants, "with_lemma1", lowered)
+
+
+def per_round_zero_fill(mp: pytest.MonkeyPatch) -> None:
+    """C4.1: Lemma1Report.per_round fills the unprobed rounds with 0 instead of the probed mean."""
+
+    def per_round(self, R):
+        out = np.zeros((R, self.left.shape[1]))
+        for r in np.unique(self.rounds):
+            if r < R:
+                out[r] = self.left[self.rounds == r].mean(axis=0)
+        return out
+
+    mp.setattr(lemma1.Lemma1Report, "per_round", per_round)
+
+
+def tight_per_round_zero_fill(mp: pytest.MonkeyPatch) -> None:
+    """C4.2 tight form of term 3: the unprobed rounds' tight bounds 0 instead of the probed mean."""
+    orig = theorems._tight_per_round
+
+    def zero_filled(report, R):
+        out = orig(report, R)
+        if out is not None:
+            probed = np.zeros(R, dtype=bool)
+            probed[report.rounds[np.isfinite(report.tight).all(axis=1) & (report.rounds < R)]] = (
+                True
+            )
+            out[~probed] = 0.0
+        return out
+
+    mp.setattr(theorems, "_tight_per_round", zero_filled)
+
+
 MUTATIONS: list[tuple[str, Callable[[pytest.MonkeyPatch], None], list[str]]] = [
     ("k1.2-mse-over-n", mse_over_n, ["k1_2_mse", "k2_2_mse"]),
     ("sampler-0.95p", sampler_095p, ["k1_1_unbiased", "k1_2_mse", "k5_1_binary"]),
@@ -178,6 +391,29 @@ MUTATIONS: list[tuple[str, Callable[[pytest.MonkeyPatch], None], list[str]]] = [
     ),
     ("lattice-coarser", _lattice_scaled(1.01), ["c5_3_hex_codebook"]),
     ("lattice-finer", _lattice_scaled(0.99), ["c5_3_hex_codebook"]),
+    ("c4.5-fourth-moment-factor", fourth_moment_factor, ["c4_5_tight_points"]),
+    ("c4.5-norm4-factor", norm4_factor, ["c4_5_tight_points"]),
+    ("c4.5-ball-exponent-e^r", ball_exponent_without_sqrt2, ["c4_5_tight_points"]),
+    ("c4.5-local-lipschitz-halved", local_lipschitz_halved, ["c4_5_tight_points"]),
+    ("c4.5-scalar-radius-s", scalar_radius_s, ["c4_5_tight_points"]),
+    ("c4.5-hex-radius", hex_radius_scalar, ["c4_5_tight_points"]),
+    ("c4.5-remainder-incoherent", remainder_incoherent, ["c4_5_tight_points"]),
+    ("c4.5-minkowski-no-cross-term", minkowski_without_cross_term, ["c4_5_tight_points"]),
+    ("c3.4-server-block-over-b", hessian_server_block_over_b, ["c4_2_analytic_constants"]),
+    ("c3.4-embedding-block-halved", hessian_embedding_block_halved, ["c4_2_analytic_constants"]),
+    ("c3-sqrt2-dropped", analytic_sqrt2_dropped, ["c4_2_analytic_constants"]),
+    ("c3.3-sigma2-over-N", sigma2_population_n, ["c4_2_analytic_constants"]),
+    ("c3.5-G-without-bias", jacobian_without_bias, ["c4_2_analytic_constants"]),
+    ("c4.7-segment-no-bilinear", segment_without_bilinear, ["c4_7_certificate"]),
+    ("c4.7-curvature-quarter", certificate_curvature_quarter, ["c4_7_certificate"]),
+    ("c4.7-staleness-quarter", certificate_staleness_quarter, ["c4_7_certificate"]),
+    ("c4.7-reuse-cross-dropped", certificate_reuse_cross_dropped, ["c4_7_certificate"]),
+    ("c4.7-sampling-dropped", certificate_sampling_dropped, ["c4_7_certificate"]),
+    ("c4.1-min-over-probes", report_min_over_probes, ["c4_1_lemma1_measured"]),
+    ("c4.1-smaller-of-two-points", probe_smaller_point, ["c4_1_lemma1_measured"]),
+    ("c4.2-with-lemma1-minimum", with_lemma1_minimum, ["c4_1_lemma1_measured"]),
+    ("c4.1-per-round-zero-fill", per_round_zero_fill, ["c4_1_lemma1_measured"]),
+    ("c4.2-tight-term3-zero-fill", tight_per_round_zero_fill, ["c4_1_lemma1_measured"]),
 ]
 
 

@@ -111,9 +111,7 @@ def test_training_in_a_notebook_shows_a_progress_widget(run_notebook):
     assert not [o for o in first.outputs if o.output_type == "error"], first.outputs
     # tqdm.auto in a kernel with ipywidgets: a widget view (with a text fallback)
     widgets = [
-        o
-        for o in first.outputs
-        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+        o for o in first.outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
     ]
     assert widgets, [o.get("data", o) for o in first.outputs]
     assert widgets[0]["data"]["text/plain"].startswith("C-VFL breast-cancer:")

@@ -360,7 +360,8 @@ def test_train_threads_and_progress(capsys):
     before = torch.get_num_threads()
     assert main(["train", "breast-cancer", "--epochs", "1", "--progress", "--threads", "1"]) == 0
     assert torch.get_num_threads() == before  # restored
-    assert "round " in capsys.readouterr().err  # one line per evaluation, on stderr
+    err = capsys.readouterr().err
+    assert "C-VFL breast-cancer" in err and "8/8" in err  # a bar over the rounds, on stderr
     args = build_parser().parse_args(["bound", "--progress"])
     assert config_from_args(args).progress is True
     args = build_parser().parse_args(["bound"])

@@ -67,5 +67,6 @@ def test_cli_verify_exits_nonzero_when_a_check_fails(monkeypatch, capsys):
 
     failing = CheckResult("K0", "a false claim", "test", None, 1.0, 0.0, 0.1)
     monkeypatch.setattr(proofs_checks, "all_checks", lambda: [("k0_false", lambda: failing)])
-    assert main(["verify", "--trials", "20", "--checks", "k0"]) == 1
+    # in this process (--jobs 1): a worker would not see the monkeypatched registry
+    assert main(["verify", "--trials", "20", "--checks", "k0", "--jobs", "1"]) == 1
     assert "FAILED: K0" in capsys.readouterr().out

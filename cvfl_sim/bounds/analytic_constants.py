@@ -653,6 +653,20 @@ class AnalyticConstants:
         return self.table()._repr_html_()
 
 
+def _server_block_bound(a: float, z_max: float, b: int) -> float:
+    r""":math:`(\sqrt2 + \tfrac12 a\,\tilde z_{\max})/\sqrt b`: the server block of :math:`H_m` (``H_0`` too).
+
+    ``a`` is :math:`\|A_m\|_2` (:math:`\|A\|_2` for ``m = 0``); the sum over the batch is coherent,
+    hence :math:`1/\sqrt b` (module docstring, *H_m, server block*).
+    """
+    return (SQRT2 + 0.5 * a * z_max) / math.sqrt(b)
+
+
+def _embedding_block_bound(a_own: float, a_other: float, b: int) -> float:
+    r""":math:`\tfrac1{2b}\|A_m\|_2\|A_{-m}\|_2`: the embedding block of :math:`H_m` (C3.4, :math:`s_i \le \tfrac12`)."""
+    return 0.5 * a_own * a_other / b
+
+
 def analytic_constants(
     dataset: VerticalDataset,
     trajectory: LinearTrajectory,
@@ -715,13 +729,12 @@ def analytic_constants(
     zb2 = min(z_op2 / b_min, zf**2)
     L_batch = max(zb2, af**2 * min(lam_x * N / b_min, xrow2)) + SQRT2 * float(np.max(r))
 
-    sb = math.sqrt(b_min)
-    H = [(SQRT2 + 0.5 * a[0] * zmax) / sb]
+    H = [_server_block_bound(a[0], zmax, b_min)]
     H_emb = [H[0]]
     G = [1.0]
     for m in range(1, M + 1):
-        h_emb = 0.5 * a[m] * trajectory.a_other_max[m - 1] / b_min
-        h_srv = (SQRT2 + 0.5 * a[m] * zmax) / sb
+        h_emb = _embedding_block_bound(a[m], trajectory.a_other_max[m - 1], b_min)
+        h_srv = _server_block_bound(a[m], zmax, b_min)
         H_emb.append(h_emb)
         H.append(math.sqrt(h_emb**2 + h_srv**2))
         G.append(embedding_jacobian_sup(parts[m - 1], B))

@@ -511,8 +511,22 @@ class Certificate(Table):
             batch_reuse=(S.reuse_cross + 0.5 * S.reuse_sq / alpha) / scale,
             sampling_at_round_starts=S.sampling / scale,
         )
+        return cls.from_terms(terms, S.observed / S.eta, certified, alpha, S.steps, S.L_max, F0, FT)
+
+    @classmethod
+    def from_terms(
+        cls,
+        terms: CertificateTerms,
+        observed: float,
+        certified: bool,
+        alpha: float,
+        steps: int,
+        L_max: float,
+        F0: float,
+        FT: float,
+    ) -> Certificate:
+        """The certificate of its terms (the bound is their sum) and the run's observed value."""
         bound = float(sum(terms.values()))
-        observed = S.observed / S.eta
         ratio = bound / observed if observed > 0 else math.inf
         kind = "certified" if certified else "estimate (smoothness estimated, not proved)"
         verdict = "holds" if bound >= observed else "VIOLATED (a bug: the certificate is a theorem)"
@@ -525,13 +539,60 @@ class Certificate(Table):
         out = cls(
             ["quantity", "value", "note"],
             rows,
-            title=f"Trajectory certificate (C4.7, ours): {kind}, {S.steps} local steps, "
-            f"alpha = {alpha:.3g}, max segment L = {S.L_max:.4g}",
+            title=f"Trajectory certificate (C4.7, ours): {kind}, {steps} local steps, "
+            f"alpha = {alpha:.3g}, max segment L = {L_max:.4g}",
         )
         out.bound, out.observed, out.ratio = bound, observed, ratio
         out.certified, out.terms, out.alpha = certified, terms, alpha
-        out.steps, out.L_max, out.F0, out.FT = S.steps, S.L_max, F0, FT
+        out.steps, out.L_max, out.F0, out.FT = steps, L_max, F0, FT
         return out
+
+    def save(self, path: Any) -> str:
+        """Write the certificate as a result file (JSON, no pickle; ``.json`` appended)."""
+        from cvfl_theory.store import dataclass_fields, write_result
+
+        fields = {
+            "terms": dataclass_fields(self.terms),
+            "observed": self.observed,
+            "certified": self.certified,
+            "alpha": self.alpha,
+            "steps": self.steps,
+            "L_max": self.L_max,
+            "F0": self.F0,
+            "FT": self.FT,
+        }
+        return write_result(path, "Certificate", fields)
+
+    @classmethod
+    def load(cls, path: Any) -> Certificate:
+        """Read a certificate written by :meth:`save`, each number checked for its meaning.
+
+        The bound is rebuilt as the sum of the stored terms (never read from the file).
+        """
+        from cvfl_theory.store import checked_field, dataclass_from_fields, read_result
+
+        d, _ = read_result(path, "Certificate")
+        w = repr(str(path))
+        terms = dataclass_from_fields(CertificateTerms, checked_field(d, "terms", dict, w), w)
+        nums = {
+            k: float(checked_field(d, k, (int, float), w))
+            for k in ("observed", "alpha", "L_max", "F0", "FT")
+        }
+        steps = checked_field(d, "steps", int, w)
+        if not all(math.isfinite(v) for v in (*nums.values(), *terms.values())):
+            raise ValueError(f"{w}: every number of a certificate is finite")
+        if nums["observed"] < 0 or not 0 < nums["alpha"] < 1 or steps < 1 or nums["L_max"] < 0:
+            raise ValueError(f"{w}: observed >= 0, alpha in (0, 1), steps >= 1 and L_max >= 0")
+        return cls.from_terms(
+            terms,
+            nums["observed"],
+            checked_field(d, "certified", bool, w),
+            nums["alpha"],
+            steps,
+            nums["L_max"],
+            nums["F0"],
+            nums["FT"],
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able: ``{bound, observed, ratio, certified}`` and the terms."""

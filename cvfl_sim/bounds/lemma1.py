@@ -469,19 +469,25 @@ class Lemma1Report(Table):
                 "median left",
                 "H_m (max)",
                 "G_m (max)",
-                "min r/l (realised E)",
+                "min",
                 "median",
                 "max",
-                "min r/l (expected E)",
+                "min",
                 "median",
                 "max",
-                "min tight/l",
+                "min",
                 "median",
             ],
             table_rows,
             title=f"Lemma 1 (C4.1, chain reading, operator norms) measured at {len(rows)} "
             f"probe(s): rounds every {every}, steps {self.step_rule}; right = H_m^2 G_m^2 "
             f"sum_(j!=m) E_j with H, G the run's maxima. Verdict: {verdict}",
+            groups=[
+                ("", 4),
+                ("right / left, realised E", 3),
+                ("right / left, expected E", 3),
+                ("tight (C4.5) / left", 2),
+            ],
         )
 
     def right(self, errors: str = "realised", *, H: Any = None, G: Any = None) -> np.ndarray:

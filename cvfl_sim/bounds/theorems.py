@@ -214,39 +214,34 @@ class Constants:
         )
 
     def table(self) -> Table:
-        """The constants per block ``m = 0..M`` (``L`` repeated on every row)."""
-        rows = [
-            [
-                m,
-                self.L,
-                self.L_m[m],
-                self.sigma2[m],
-                self.H[m],
-                self.G[m],
-                self.H_frob[m],
-                self.G_frob[m],
-                self.H_theta[m],
-            ]
-            for m in range(len(self.G))
-        ]
-        return Table(
-            [
-                "m",
-                "L",
-                "L_m",
-                "sigma2_m",
-                "H_m (chain, op)",
-                "G_m (op)",
-                "H_m (chain, Frob)",
-                "G_m (Frob)",
-                "H_m (theta-Hessian, Frob; double-counts G)",
-            ],
-            rows,
-            title=(
+        """The constants per block ``m = 0..M`` (``L`` repeated on every row).
+
+        The readings not computed (all NaN: the Frobenius ones of proved constants, say) are left
+        out of the table; :meth:`to_dict` keeps every field.
+        """
+        columns = {
+            "L": [self.L] * len(self.G),
+            "L_m": self.L_m,
+            "sigma2_m": self.sigma2,
+            "H_m (chain, op)": self.H,
+            "G_m (op)": self.G,
+            "H_m (chain, Frob)": self.H_frob,
+            "G_m (Frob)": self.G_frob,
+            "H_m (theta-Hessian, Frob; double-counts G)": self.H_theta,
+        }
+        kept = {name: v for name, v in columns.items() if not np.isnan(np.asarray(v, float)).all()}
+        rows = [[m, *(v[m] for v in kept.values())] for m in range(len(self.G))]
+        if self.proved:
+            title = (
+                f"C3 constants of the analytic model: proved bounds over the run's "
+                f"{self.points} point(s), batches of size B={self.B}"
+            )
+        else:
+            title = (
                 f"Empirical C3 constants: maxima over {self.points} point(s) x {self.batches} "
                 f"batch(es) of size B={self.B} (estimates, not global constants)"
-            ),
-        )
+            )
+        return Table(["m", *kept], rows, title=title)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able fields."""
@@ -525,6 +520,95 @@ class BoundCheck(Table):
             "estimates": {name: terms(t, name) for name, t in self.estimates.items()},
             "verdict": self.verdict,
         }
+
+    def to_dataframe(self) -> Any:
+        """The table (quantity, value, note) as a :class:`pandas.DataFrame`; needs pandas."""
+        return super().to_dataframe()
+
+    def save(self, path: Any) -> str:
+        """Write the check as a result file (JSON, no pickle; ``.json`` appended).
+
+        The numbers (every form's terms, the hypotheses, the verdict) and the table as shown;
+        :meth:`load` reads it back.
+        """
+        from cvfl_theory.store import dataclass_fields, write_result
+
+        fields = {
+            "terms": dataclass_fields(self.terms),
+            "forms": {k: dataclass_fields(v) for k, v in self.forms.items()},
+            "estimates": {k: dataclass_fields(v) for k, v in self.estimates.items()},
+            "hypotheses": dataclass_fields(self.hypotheses),
+            "observed": self.observed,
+            "ratio": self.ratio,
+            "ratios": dict(self.ratios),
+            "theorem": self.theorem,
+            "reading": self.reading,
+            "verdict": self.verdict,
+            "table": {"columns": self.columns, "rows": self.rows, "title": self.title},
+        }
+        return write_result(path, "BoundCheck", fields)
+
+    @classmethod
+    def load(cls, path: Any) -> BoundCheck:
+        """Read a check written by :meth:`save`; every field is checked for type *and* meaning.
+
+        Raises
+        ------
+        ValueError
+            Not such a file, a field of the wrong kind, ratios that are not the totals over the
+            observed value, or a verdict that contradicts the stored hypotheses.
+        """
+        from cvfl_theory.store import checked_field, dataclass_from_fields, read_result
+
+        d, _ = read_result(path, "BoundCheck")
+        w = repr(str(path))
+        terms = dataclass_from_fields(BoundTerms, checked_field(d, "terms", dict, w), f"{w} terms")
+        forms, estimates = (
+            {
+                k: dataclass_from_fields(BoundTerms, v, f"{w} {kind}[{k!r}]")
+                for k, v in checked_field(d, kind, dict, w).items()
+            }
+            for kind in ("forms", "estimates")
+        )
+        hyp = dataclass_from_fields(Applicability, checked_field(d, "hypotheses", dict, w), w)
+        observed = float(checked_field(d, "observed", (int, float), w))
+        ratio = float(checked_field(d, "ratio", (int, float), w))
+        ratios = checked_field(d, "ratios", dict, w)
+        verdict = checked_field(d, "verdict", str, w)
+        if not (math.isfinite(observed) and observed > 0):
+            raise ValueError(f"{w}: observed must be a finite number > 0, got {observed}")
+        every = {**forms, **estimates}
+        if set(ratios) != set(every) or not math.isclose(ratio, terms.total / observed):
+            raise ValueError(f"{w}: the ratios must be the forms' totals over the observed value")
+        for name, t in every.items():
+            r = ratios[name]
+            if isinstance(r, bool) or not isinstance(r, (int, float)):
+                raise ValueError(f"{w}: ratio of {name!r} must be a number")
+            if not math.isclose(float(r), t.total / observed, rel_tol=1e-12):
+                raise ValueError(f"{w}: ratio of {name!r} is not its total over the observed")
+        if verdict.startswith("does not apply") == hyp.applies:
+            raise ValueError(f"{w}: the verdict {verdict[:60]!r} contradicts the hypotheses")
+        table = checked_field(d, "table", dict, w)
+        columns = checked_field(table, "columns", list, w)
+        rows = checked_field(table, "rows", list, w)
+        cells = (str, int, float, bool, type(None))
+        if not all(isinstance(c, str) for c in columns) or not all(
+            isinstance(r, list) and len(r) == len(columns) and all(isinstance(x, cells) for x in r)
+            for r in rows
+        ):
+            raise ValueError(f"{w}: the table must be rows of {len(columns)} plain cells")
+        out = cls(columns, rows, title=checked_field(table, "title", str, w))
+        out.terms, out.forms, out.estimates = terms, forms, estimates
+        out.hypotheses = hyp
+        out.observed, out.ratio, out.ratios = (
+            observed,
+            ratio,
+            {k: float(v) for k, v in ratios.items()},
+        )
+        out.theorem = checked_field(d, "theorem", str, w)
+        out.reading = checked_field(d, "reading", str, w)
+        out.verdict = verdict
+        return out
 
     def plot(self, ax: Any = None) -> Any:
         """Bar chart of each form's three terms and total, log scale, beside the observed value.

@@ -41,7 +41,8 @@ expectation is over the dither only.
 References
 ----------
 1. Castiglia et al., Compressed-VFL, ICML 2022, Lemma 1 (C4.1).
-2. ``docs/tight_term.rst`` (the proof), ``proofs_checks/c4_5_tight_term.py`` (the checks).
+2. ``docs/tight_term.rst`` (the proof), ``proofs_checks/c4_5_tight_term.py`` (the whole bound)
+   and ``proofs_checks/c4_5_tight_points.py`` (each step where it is tight): the checks.
 """
 
 from __future__ import annotations
@@ -71,6 +72,11 @@ __all__ = [
     "realised_lemma1_bound",
     "error_variances",
     "error_kind",
+    "fourth_moment_bound",
+    "norm4_bound",
+    "local_softmax_constants",
+    "max_error_sq",
+    "minkowski_bound",
 ]
 
 #: :math:`c_3 = 1/\sqrt2`: for softmax :math:`p` and all :math:`u, v`,
@@ -491,6 +497,63 @@ def _realised_remainder(
     return float(np.sum(y) / B)
 
 
+def _minkowski(first: np.ndarray, rem: np.ndarray) -> np.ndarray:
+    r""":math:`(\sqrt{\mathcal F} + \sqrt{\mathcal R})^2`: Minkowski in :math:`L^2` (Step 2)."""
+    return (np.sqrt(first) + np.sqrt(rem)) ** 2
+
+
+# ---------------------------------------------------------------------------------------------
+# the proof's inequalities, one function each (what the proofs checks evaluate where tight)
+# ---------------------------------------------------------------------------------------------
+def fourth_moment_bound(C: Any) -> np.ndarray:
+    r"""The Lemma of Step 5: :math:`\mathbb{E}\|\zeta\|^4 \le (\operatorname{tr} C)^2 + 2\operatorname{tr}(C^2)`.
+
+    For :math:`\zeta` a linear image of independent dither units (A1) with covariance ``C``
+    (a ``(K, K)`` matrix or a stack ``(..., K, K)``); equality for Gaussian units, nearly so for
+    many units along one direction. The function the remainder bound uses.
+    """
+    return _fourth_moment(np.asarray(C, dtype=np.float64))
+
+
+def norm4_bound(mean2: Any, sum_s4: Any) -> np.ndarray:
+    r""":math:`\mathbb{E}\|\varepsilon\|^4 \le (\sum_j P_j s_j^2)^2 + 2\sum_j P_j s_j^4` (identity map).
+
+    ``mean2`` is :math:`\sum_j P_j s_j^2`, ``sum_s4`` is :math:`\sum_j P_j s_j^4`; the function the
+    remainder bound uses.
+    """
+    return _norm4_bound(np.asarray(mean2, dtype=np.float64), np.asarray(sum_s4, dtype=np.float64))
+
+
+def local_softmax_constants(delta: Any, radius: Any) -> tuple[np.ndarray, np.ndarray]:
+    r"""Step 3's local constants :math:`(\lambda_r, \kappa_r)` on the ball of ``radius``.
+
+    ``delta`` is :math:`1 - \max_k p_k(u)` at the centre :math:`u`. For every :math:`\|w\| \le r`:
+    :math:`\|J_p(u + w)\| \le \lambda_r` and :math:`\|\nabla^2 p(u + w)[v, v]\| \le
+    \kappa_r\|v\|^2` (``docs/tight_term.rst``, Step 3). The function the remainder bound uses.
+    """
+    d = np.atleast_1d(np.asarray(delta, dtype=np.float64))
+    return _local_constants(_Softmax(np.zeros_like(d), d), np.asarray(radius, dtype=np.float64))
+
+
+def max_error_sq(kind: str) -> float:
+    r"""Largest squared error per component on the dither's support, in units of :math:`s^2`.
+
+    ``kind`` is ``"scalar"`` (:math:`(\Delta/2)^2 = 3s^2`), ``"hex"`` or ``"dithered"``
+    (the hexagon's circumradius squared, :math:`\tfrac{24}{5}s^2`) or ``"none"``; the values the
+    remainder bound's support radius uses.
+    """
+    return float(_MAX_SQ[kind])
+
+
+def minkowski_bound(first: Any, remainder: Any) -> np.ndarray:
+    r"""Step 2: :math:`\sqrt{\mathbb{E}\|a + R\|^2} \le \sqrt{\mathbb{E}\|a\|^2} + \sqrt{\mathbb{E}\|R\|^2}`, squared.
+
+    The combination of :math:`\mathcal F_m` and :math:`\mathcal R_m` into ``bound`` (equality when
+    :math:`a` and :math:`R` are aligned).
+    """
+    return _minkowski(np.asarray(first, dtype=np.float64), np.asarray(remainder, dtype=np.float64))
+
+
 # ---------------------------------------------------------------------------------------------
 # the bounds
 # ---------------------------------------------------------------------------------------------
@@ -629,7 +692,7 @@ def tight_lemma1_bound(
             rem[m] = (
                 _dithered_remainder(m, W, d.sizes, zeta, s2, s0, np.sqrt(G2), GW, sm, kinds) ** 2
             )
-    bound = (np.sqrt(first) + np.sqrt(rem)) ** 2
+    bound = _minkowski(first, rem)
     return TightLemma1(first, rem, bound, sup, B, "dithered", kinds, bool(remainder))
 
 
@@ -763,6 +826,6 @@ def realised_lemma1_bound(
         G = np.sqrt(np.linalg.eigvalsh(K)[:, -1].clip(min=0.0))
         GW = _op_norm_wj(W[:, blk[m - 1]], K)
         rem[m] = _realised_remainder(m, W, d.sizes, z, eps, E, e, G, GW, sm) ** 2
-    bound = (np.sqrt(first) + np.sqrt(rem)) ** 2
+    bound = _minkowski(first, rem)
     nan = np.full(M + 1, np.nan)
     return TightLemma1(first, rem, bound, nan, B, "realised", ("realised",) * (M + 1), True)

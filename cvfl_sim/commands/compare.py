@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
         bits = parse_bits(args.bits)
     except ValueError as exc:
         raise ValueError(f"--{exc}") from None
-    if args.trials < 2:
-        raise ValueError(f"--trials must be >= 2, got {args.trials}")
+    if not 2 <= args.trials <= 10**7:
+        raise ValueError(f"--trials must be >= 2 (and at most 10^7), got {args.trials}")
     if args.embeddings is None and (args.batch < 1 or args.width < 1):
         raise ValueError(f"--batch and --width must be >= 1, got {args.batch} and {args.width}")
     for opt, path in (("--plot", args.plot), ("--out", args.out)):

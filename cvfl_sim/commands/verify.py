@@ -129,10 +129,10 @@ def run(args: argparse.Namespace) -> int:
         check_threads(args.jobs, "--jobs")
     jobs = (os.cpu_count() or 1) if args.jobs is None else args.jobs
     prefix = args.checks if args.checks is not None else ("" if args.data is None else None)
-    checks = [] if prefix is None else [n for n, _ in all_checks() if n.startswith(prefix)]
+    checks = [] if prefix is None else [fn for n, fn in all_checks() if n.startswith(prefix)]
     runs = suite_runs(args.seed, datasets)
     # the checks first (they take longer), then the suite: the workers finish together
-    tasks: list[tuple[Any, ...]] = [("check", i, m) for i, m in enumerate(checks)]
+    tasks: list[tuple[Any, ...]] = [("check", i, fn) for i, fn in enumerate(checks)]
     tasks += [("run", i, *run) for i, run in enumerate(runs)]
     # With --json, stdout carries the JSON document only; the text report goes to stderr.
     out = sys.stderr if args.json else sys.stdout

@@ -76,20 +76,20 @@ def run_task(task: tuple[Any, ...], trials: int) -> tuple[Any, ...]:
     """One unit of ``cvfl verify``, as a worker process runs it.
 
     ``("run", i, name, X, encoder, seed)`` gives ``("run", i, name, VerifyResult)``;
-    ``("check", i, module)`` runs ``proofs_checks.<module>.check()`` and gives ``("check", i,
-    CheckResult, what it printed)`` (a check's own lines are notes, never this process's stdout).
+    ``("check", i, check)`` runs a proofs check (a module's ``check`` function, sent to a worker
+    by reference) and gives ``("check", i, CheckResult, what it printed)``: a check's own lines
+    are notes, never this process's stdout.
     """
     if task[0] == "run":
         _, i, name, X, encoder, seed = task
         return ("run", i, name, verify(encoder, X, trials=trials, rng=seed))
     import contextlib
-    import importlib
     import io
 
-    _, i, module = task
+    _, i, check = task
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        result = importlib.import_module(f"proofs_checks.{module}").check()
+        result = check()
     return ("check", i, result, printed.getvalue())
 
 
