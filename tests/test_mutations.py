@@ -286,6 +286,29 @@ def certificate_curvature_quarter(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(certificate.TrajectoryProbe, "_segment", segment)
 
 
+def certificate_gradient_without_party_bias(mp: pytest.MonkeyPatch) -> None:
+    """C4.7: the closed-form gradient of the analytic model with the parties' bias parts zero."""
+    orig = certificate.TrajectoryProbe._analytic_grad
+
+    def grad(self, X, y):
+        loss, grads, Z = orig(self, X, y)
+        parts = len(self._models[0])
+        return loss, [g if g.ndim == 2 or i >= 2 * parts else 0 * g for i, g in enumerate(grads)], Z
+
+    mp.setattr(certificate.TrajectoryProbe, "_analytic_grad", grad)
+
+
+def certificate_gradient_of_batch_sum(mp: pytest.MonkeyPatch) -> None:
+    """C4.7: the closed-form gradient of the sum over the samples, not of their mean (x N)."""
+    orig = certificate.TrajectoryProbe._analytic_grad
+
+    def grad(self, X, y):
+        loss, grads, Z = orig(self, X, y)
+        return loss, [g * Z.shape[0] for g in grads], Z
+
+    mp.setattr(certificate.TrajectoryProbe, "_analytic_grad", grad)
+
+
 def _certificate_sums(change: Callable) -> Callable[[pytest.MonkeyPatch], None]:
     import dataclasses
 
@@ -409,6 +432,8 @@ MUTATIONS: list[tuple[str, Callable[[pytest.MonkeyPatch], None], list[str]]] = [
     ("c4.7-staleness-quarter", certificate_staleness_quarter, ["c4_7_certificate"]),
     ("c4.7-reuse-cross-dropped", certificate_reuse_cross_dropped, ["c4_7_certificate"]),
     ("c4.7-sampling-dropped", certificate_sampling_dropped, ["c4_7_certificate"]),
+    ("c4.7-gradient-no-party-bias", certificate_gradient_without_party_bias, ["c4_7_certificate"]),
+    ("c4.7-gradient-of-sum", certificate_gradient_of_batch_sum, ["c4_7_certificate"]),
     ("c4.1-min-over-probes", report_min_over_probes, ["c4_1_lemma1_measured"]),
     ("c4.1-smaller-of-two-points", probe_smaller_point, ["c4_1_lemma1_measured"]),
     ("c4.2-with-lemma1-minimum", with_lemma1_minimum, ["c4_1_lemma1_measured"]),

@@ -87,9 +87,9 @@ def _results(tasks: list[tuple[Any, ...]], trials: int, jobs: int) -> Iterator[t
         for task in tasks:
             yield run_task(task, trials)
         return
-    from joblib.externals.loky import get_reusable_executor
+    from ..experiments.sweep import worker_pool
 
-    pool = get_reusable_executor(max_workers=jobs, timeout=10)
+    pool = worker_pool(jobs, threads=1)  # one native thread each: the work is many small ops
     futures = [pool.submit(run_task, task, trials) for task in tasks]
     try:
         for future in as_completed(futures):

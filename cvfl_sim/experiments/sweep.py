@@ -58,6 +58,7 @@ __all__ = [
     "BACKENDS",
     "run_specs",
     "start_workers",
+    "worker_pool",
     "check_scheduler",
     "SCHEDULER_SECONDS",
 ]
@@ -229,12 +230,22 @@ _THREAD_VARS = (
 """Thread-count variables of the native libraries, set in each loky worker's environment."""
 
 
-def _pool(ex: Executor) -> Any:
-    """The loky pool of ``ex.jobs - 1`` workers with ``ex.threads`` native threads each."""
+def worker_pool(workers: int, threads: int = 1, timeout: int = 10) -> Any:
+    """The reusable loky pool (joblib) of ``workers`` processes, each with ``threads`` native threads.
+
+    Each worker gets the thread-count variables of the native libraries (``OMP_NUM_THREADS``
+    and the like) set to ``threads``, so that ``workers`` processes do not oversubscribe the
+    cores with their BLAS and torch thread pools. Idle workers exit after ``timeout`` seconds.
+    """
     from joblib.externals.loky import get_reusable_executor
 
-    env = dict.fromkeys(_THREAD_VARS, str(ex.threads))
-    return get_reusable_executor(max_workers=ex.jobs - 1, env=env)
+    env = dict.fromkeys(_THREAD_VARS, str(threads))
+    return get_reusable_executor(max_workers=workers, env=env, timeout=timeout)
+
+
+def _pool(ex: Executor) -> Any:
+    """The loky pool of ``ex.jobs - 1`` workers with ``ex.threads`` native threads each."""
+    return worker_pool(ex.jobs - 1, ex.threads)
 
 
 _EARLY: list[Any] = []
