@@ -71,6 +71,7 @@ __all__ = [
     "segment_smoothness",
     "best_alpha",
     "CERTIFICATE_TERMS",
+    "POWER_TOL",
 ]
 
 CERTIFICATE_TERMS = (
@@ -81,6 +82,9 @@ CERTIFICATE_TERMS = (
     "sampling at round starts",
 )
 """The certificate's terms, in the order of :attr:`Certificate.terms`."""
+
+POWER_TOL = 1e-3
+"""Relative change of the power-iteration estimate at which a non-analytic model's point stops."""
 
 _FLOAT_MARGIN = 1e-9
 """Relative margin added to the certified smoothness for float64 rounding of its two norms."""
@@ -216,7 +220,9 @@ class TrajectoryProbe:
     config : CVFLConfig
         The run's configuration.
     power_iters : int
-        Power iterations per point for the estimated smoothness of a non-analytic model.
+        At most this many power iterations per point for the estimated smoothness of a
+        non-analytic model; each point starts from the last one's vector and stops once the
+        estimate changes by at most :data:`POWER_TOL` (relative).
     progress : bool or None
         A bar over the run's local steps (:func:`~cvfl_sim.vfl.progress.progress_bar`): ``None``
         shows it on a terminal or in a notebook, ``True`` always, ``False`` never.
@@ -361,10 +367,12 @@ class TrajectoryProbe:
             v = v / v.norm()
             hv = torch.autograd.grad(flat, self._params, grad_outputs=v, retain_graph=True)
             w = torch.cat([x.reshape(-1) for x in hv])
-            lam = float(w.norm())
+            lam, before = float(w.norm()), lam
             if lam == 0.0:
                 break
             v = w
+            if abs(lam - before) <= POWER_TOL * lam:  # settled (warm-started from the last point)
+                break
         self._power_vec = v.detach()
         return lam
 
