@@ -9,6 +9,7 @@ decoders below need nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -51,9 +52,9 @@ class NodeMessage:
     seed: int
     rate: float = float("nan")
 
-    @property
+    @cached_property
     def n_nonzero(self) -> int:
-        r""":math:`s_i = |\{j : Y_i(j) \neq \mu_i\}|` (K3)."""
+        r""":math:`s_i = |\{j : Y_i(j) \neq \mu_i\}|` (K3), counted once per message."""
         return int(np.count_nonzero(self.values != self.values.dtype.type(self.centre)))
 
 

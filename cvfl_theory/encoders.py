@@ -432,7 +432,7 @@ class IndependentEncoder(Encoder):
         r = self._row_p(i)
         if isinstance(r, float):
             return bernoulli_support(seed, r, x.shape[0])
-        return bernoulli_support_varying(seed, r)
+        return bernoulli_support_varying(seed, r, validate=False)  # p checked on construction
 
     def _rows_checked_in_pass(self, Xn: np.ndarray) -> bool:
         return (
@@ -583,7 +583,7 @@ class BinaryQuantizationEncoder(Encoder):
         return float("nan")
 
     def _support(self, seed, i, x, centre):
-        return bernoulli_support_varying(seed, self._probabilities(x))
+        return bernoulli_support_varying(seed, self._probabilities(x), validate=False)  # in [0, 1]
 
     def _values(self, x_sel, idx, i, x, centre):
         return np.full(idx.shape, x.max(), dtype=x_sel.dtype)

@@ -600,10 +600,24 @@ class BinaryProtocol(Protocol):
             vals = np.unique(np.append(vals, m.values.dtype.type(m.centre)))
         return vals
 
+    @staticmethod
+    def _two_levels(m: NodeMessage, d: int) -> bool:
+        """Whether :math:`Y_i` surely takes at most two values: every one is its min or max.
+
+        ``False`` is not a verdict (NaN compares unequal): :meth:`_levels` then decides.
+        """
+        v = m.values
+        if m.support.size < d:
+            v = np.append(v, v.dtype.type(m.centre))
+        if v.size == 0:
+            return True
+        lo, hi = v.min(), v.max()
+        return bool(((v == lo) | (v == hi)).all())
+
     def check_applicable(self, encoded):
         """Each :math:`Y_i` must take at most two distinct values."""
         for i, m in enumerate(encoded.nodes):
-            if self._levels(m, encoded.d).size > 2:
+            if not self._two_levels(m, encoded.d) and self._levels(m, encoded.d).size > 2:
                 raise ValueError(
                     f"BinaryProtocol needs each Y_i to take at most two values; node {i} takes "
                     f"{self._levels(m, encoded.d).size} (use BinaryQuantizationEncoder)"

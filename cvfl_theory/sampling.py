@@ -93,11 +93,16 @@ def bernoulli_support(seed: int, p: float, d: int) -> np.ndarray:
     return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
 
-def bernoulli_support_varying(seed: int, p: np.ndarray) -> np.ndarray:
-    """Indices ``j`` selected independently with probability ``p[j]`` (``p[j] = 0`` never)."""
-    p = as_float_array(p, "p", ndims=(1,), finite=False)
-    if p.size and not (p.min() >= 0 and p.max() <= 1):  # NaN fails too
-        raise ValueError(f"p must lie in [0, 1]; got {p[~((p >= 0) & (p <= 1))][0]}")
+def bernoulli_support_varying(seed: int, p: np.ndarray, *, validate: bool = True) -> np.ndarray:
+    """Indices ``j`` selected independently with probability ``p[j]`` (``p[j] = 0`` never).
+
+    ``validate=False`` skips the checks of ``p`` (then a float64 vector in ``[0, 1]``), for
+    callers that have made them once (the encoders, at every node of every encoding).
+    """
+    if validate:
+        p = as_float_array(p, "p", ndims=(1,), finite=False)
+        if p.size and not (p.min() >= 0 and p.max() <= 1):  # NaN fails too
+            raise ValueError(f"p must lie in [0, 1]; got {p[~((p >= 0) & (p <= 1))][0]}")
     gen = node_generator(seed)
     return np.flatnonzero(gen.random(p.shape[0]) < p).astype(np.int64)
 

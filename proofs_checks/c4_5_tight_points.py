@@ -12,7 +12,11 @@ so a wrong constant in it fails:
   (computed without cancellation). Pass iff ``||J_p(u + w*)|| <= lambda_r`` (tolerance 1e-12
   relative: float64 evaluation of two closed forms); the ratio is about ``1 - 2 delta_r``
   (0.73-1.0). Catches the exponent without its ``sqrt 2`` (``e^r``: ratio ``e^{0.41 r}`` too
-  large, 3.5 here) and ``lambda_r = delta_r`` (ratio 2).
+  large, 3.5 here) and ``lambda_r = delta_r`` (ratio 2). The off-top mass itself
+  (:func:`~cvfl_sim.bounds.tight_term.off_top_probability`) at a logit gap of 50, where
+  ``1 - max p`` rounds to 0, against ``e^-50/(1 + e^-50)``; and a ball of radius 40 around that
+  point, which reaches the tie (``||J_p|| = 1/2``), must get ``lambda_r >= 1/2``. Catches
+  ``delta = 1 - max p`` (``lambda_r = 0`` there).
 - **Step 3, support radius** (:func:`~cvfl_sim.bounds.tight_term.max_error_sq`): the largest
   squared error per component over 40 dithers of the package's own scalar and hexagonal
   quantizers (min-max rows, P = 8 and an odd P = 5), in units of the exact per-component variance
@@ -100,6 +104,21 @@ def _local_constants_at_worst_points() -> tuple[float, float]:
             # w* = (r / sqrt 2)(-1, 1): the gap shrinks by sqrt(2) r
             ratios.append(_two_class_jp(gap - math.sqrt(2.0) * r) / float(lam[0]))
     return max(ratios), min(ratios)
+
+
+def _off_top_far_from_the_tie() -> tuple[float, float]:
+    """``(delta the module computes / e^-50 (1 + e^-50)^-1, ||J_p|| at the ball's tie / lambda_r)``.
+
+    Logits ``(0, -50)``: ``1 - max p`` rounds to 0 there. A ball of radius 40 reaches the tie
+    (``50 < 40 sqrt2``), where ``||J_p|| = 1/2``; ``lambda_r`` must cover it.
+    """
+    from cvfl_sim.bounds.tight_term import local_softmax_constants, off_top_probability
+
+    gap = 50.0
+    delta = float(off_top_probability(np.array([[0.0, -gap]]))[0])
+    lam, _ = local_softmax_constants(delta, 40.0)
+    cover = _two_class_jp(0.0) / float(lam[0]) if lam[0] > 0 else math.inf
+    return delta / (math.exp(-gap) / (1.0 + math.exp(-gap))), cover
 
 
 def _support_radius(seed: int = 0, draws: int = 40) -> list[tuple[str, float, float]]:
@@ -342,6 +361,24 @@ def check() -> CheckResult:
             Comparison(
                 "Step 3: ||J_p(u + w*)|| / lambda_r at saturated worst points, max",
                 worst_lam,
+                1.0,
+                ROUNDOFF,
+                "<=",
+            )
+        )
+        delta_ratio, tie_ratio = _off_top_far_from_the_tie()
+        comps.append(
+            Comparison(
+                "Step 3: off-top mass at a logit gap of 50 / e^-50 (1 + e^-50)^-1",
+                delta_ratio,
+                1.0,
+                ROUNDOFF,
+            )
+        )
+        comps.append(
+            Comparison(
+                "Step 3: ||J_p|| at the tie / lambda_r, ball of radius 40 around logits (0, -50)",
+                tie_ratio,
                 1.0,
                 ROUNDOFF,
                 "<=",

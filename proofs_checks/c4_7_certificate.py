@@ -118,7 +118,16 @@ def _statement(ds: Any, run: Any, rows: list[Any]) -> tuple[float, dict[str, flo
     """
     import torch
     from torch import nn
-    from torch.func import functional_call, grad
+    from torch.func import functional_call
+
+    def grad(f: Any) -> Any:
+        """``torch.autograd`` gradient of ``f`` in its first argument (a flat vector)."""
+
+        def g(theta: Any, *args: Any) -> Any:
+            th = theta.detach().requires_grad_(True)
+            return torch.autograd.grad(f(th, *args), th)[0]
+
+        return g
 
     f64 = torch.float64
     nets = [*run.models["parties"], run.models["server"]]

@@ -60,7 +60,9 @@ def sampler_095p(mp: pytest.MonkeyPatch) -> None:
     """The Bernoulli samplers draw with 0.95 p (the values are still scaled by 1/p)."""
     fixed, varying = encoders.bernoulli_support, encoders.bernoulli_support_varying
     mp.setattr(encoders, "bernoulli_support", lambda seed, p, d: fixed(seed, 0.95 * p, d))
-    mp.setattr(encoders, "bernoulli_support_varying", lambda seed, p: varying(seed, 0.95 * p))
+    mp.setattr(
+        encoders, "bernoulli_support_varying", lambda seed, p, **kw: varying(seed, 0.95 * p, **kw)
+    )
 
 
 def encoder_095p(mp: pytest.MonkeyPatch) -> None:
@@ -309,6 +311,17 @@ def certificate_gradient_of_batch_sum(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(certificate.TrajectoryProbe, "_analytic_grad", grad)
 
 
+def off_top_by_subtraction(mp: pytest.MonkeyPatch) -> None:
+    """C4.5 Step 3: delta = 1 - max p, which rounds to 0 beyond a logit gap of about 37."""
+
+    def delta(logits):
+        u = np.asarray(logits, dtype=np.float64)
+        p = np.exp(u - u.max(axis=1, keepdims=True))
+        return 1.0 - (p / p.sum(axis=1, keepdims=True)).max(axis=1)
+
+    mp.setattr(tight, "off_top_probability", delta)
+
+
 def _certificate_sums(change: Callable) -> Callable[[pytest.MonkeyPatch], None]:
     import dataclasses
 
@@ -422,6 +435,7 @@ MUTATIONS: list[tuple[str, Callable[[pytest.MonkeyPatch], None], list[str]]] = [
     ("c4.5-hex-radius", hex_radius_scalar, ["c4_5_tight_points"]),
     ("c4.5-remainder-incoherent", remainder_incoherent, ["c4_5_tight_points"]),
     ("c4.5-minkowski-no-cross-term", minkowski_without_cross_term, ["c4_5_tight_points"]),
+    ("c4.5-off-top-by-subtraction", off_top_by_subtraction, ["c4_5_tight_points"]),
     ("c3.4-server-block-over-b", hessian_server_block_over_b, ["c4_2_analytic_constants"]),
     ("c3.4-embedding-block-halved", hessian_embedding_block_halved, ["c4_2_analytic_constants"]),
     ("c3-sqrt2-dropped", analytic_sqrt2_dropped, ["c4_2_analytic_constants"]),

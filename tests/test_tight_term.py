@@ -256,3 +256,38 @@ def test_error_variances_match_the_compressor_by_simulation(range_, kind):
     )
     mean, se = draws.mean(axis=0), draws.std(axis=0, ddof=1) / np.sqrt(len(draws))
     assert np.all(np.abs(mean - s2) <= 5 * se + 1e-12), (mean, s2, se)
+
+
+def test_off_top_probability_survives_saturation():
+    """delta at a logit gap of 50: e^-50/(1 + e^-50), where 1 - max p rounds to 0."""
+    from cvfl_sim.bounds.tight_term import off_top_probability
+
+    gap = 50.0
+    d = off_top_probability([[0.0, -gap], [1.0, 1.0], [3.0, 0.0]])
+    exact = math.exp(-gap) / (1.0 + math.exp(-gap))
+    assert d[0] == pytest.approx(exact, rel=1e-14)
+    assert d[1] == 0.5  # a tie for the top
+    assert d[2] == pytest.approx(1.0 / (1.0 + math.exp(3.0)), rel=1e-14)
+
+
+def test_local_constants_at_a_saturated_sample_cover_the_ball():
+    """Step 3's lambda_r must bound ||J_p|| on the whole ball, also where the top class flips.
+
+    Two classes, logits (0, -50) and a ball of radius 40: moving along (-1, 1)/sqrt2 closes the
+    gap (50 - 40 sqrt2 < 0), and on the way ||J_p|| = 2 p (1 - p) reaches 1/2 (at the tie).
+    With delta = 1 - max p (0 in float64) lambda_r was 0.
+    """
+    from cvfl_sim.bounds.tight_term import local_softmax_constants, off_top_probability
+
+    u = np.array([0.0, -50.0])
+    radius = 40.0
+    lam_r, _ = local_softmax_constants(off_top_probability(u[None, :]), radius)
+    w = np.array([-1.0, 1.0]) / math.sqrt(2.0)
+    worst = 0.0
+    for t in np.linspace(0.0, radius, 40001):
+        v = u + t * w
+        p = np.exp(v - v.max())
+        p /= p.sum()
+        worst = max(worst, float(np.linalg.eigvalsh(np.diag(p) - np.outer(p, p))[-1]))
+    assert worst > 0.49
+    assert lam_r[0] >= worst

@@ -75,6 +75,7 @@ __all__ = [
     "fourth_moment_bound",
     "norm4_bound",
     "local_softmax_constants",
+    "off_top_probability",
     "max_error_sq",
     "minkowski_bound",
 ]
@@ -387,10 +388,32 @@ class _Softmax:
     delta: np.ndarray  # 1 - max_k p_k(u_i)
 
 
+def off_top_probability(logits: Any) -> np.ndarray:
+    r""":math:`\delta = 1 - \max_k p_k(u)` per row of ``logits``, without cancellation.
+
+    Computed as :math:`\rho/(1 + \rho)` with :math:`\rho = \sum_{k \ne k^\star}
+    e^{u_k - u_{k^\star}}` (:math:`k^\star` the top class), so it stays positive and accurate
+    where :math:`1 - \max_k p_k` rounds to 0 (a logit gap above about 37 in float64); a tie for
+    the top gives :math:`\rho \ge 1`.
+
+    Examples
+    --------
+    >>> float(off_top_probability([[0.0, -50.0]])[0])  # e^-50 / (1 + e^-50), not 0
+    1.9287498479639178e-22
+    """
+    u = np.asarray(logits, dtype=np.float64)
+    top = u.argmax(axis=1)
+    e = np.exp(u - u[np.arange(len(u)), top][:, None])
+    e[np.arange(len(u)), top] = 0.0
+    rho = e.sum(axis=1)
+    return rho / (1.0 + rho)
+
+
 def _softmax_at(W: np.ndarray, b: np.ndarray, z: np.ndarray) -> _Softmax:
     # the labels do not enter p or its Jacobian diag(p) - pp^T
-    p, _, _, lam0 = softmax_parts(z @ W.T + b, np.zeros(len(z), dtype=np.int64))
-    return _Softmax(lam0, 1.0 - p.max(axis=1))
+    u = z @ W.T + b
+    _, _, _, lam0 = softmax_parts(u, np.zeros(len(z), dtype=np.int64))
+    return _Softmax(lam0, off_top_probability(u))
 
 
 def _local_constants(sm: _Softmax, radius: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
