@@ -19,6 +19,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from cvfl_sim.bounds.lemma1 import Lemma1Probe, lemma1_check, lemma1_right
 from cvfl_sim.vfl.config import CVFLConfig
@@ -305,3 +306,31 @@ def test_tight_sum_ratios_use_only_probes_with_both_sides():
     np.testing.assert_allclose(rep.tight_sum_ratios(), [1.0, np.nan, 2.0])
     rep.tight = None
     assert rep.tight_sum_ratios() is None
+
+
+class _LinearSubclass(nn.Linear):
+    """A subclass: the closed form is not used for it, so autograd builds its blocks."""
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("sizes", [[2, 3], [4, 4, 4, 4], [1]])
+def test_linear_head_blocks_equal_autograd(bias, sizes):
+    """The closed-form cross blocks of a linear head == autograd's, every block, float64."""
+    from cvfl_sim.bounds._autodiff import embedding_hessian_blocks
+    from cvfl_sim.vfl.models import LinearHead
+
+    gen = torch.Generator().manual_seed(len(sizes) + bias)
+    P, C, B = sum(sizes), 5, 7
+    plain = nn.Linear(P, C, bias=bias).to(torch.float64)
+    sub = _LinearSubclass(P, C, bias=bias).to(torch.float64)
+    head = LinearHead(P, C).to(torch.float64)
+    head.net = plain
+    Z = 3.0 * torch.randn(B, P, dtype=torch.float64, generator=gen)
+    y = torch.randint(0, C, (B,), generator=gen)
+    theta0 = torch.randn(sum(q.numel() for q in plain.parameters()), generator=gen).double()
+    auto = embedding_hessian_blocks(sub, theta0, Z, y, sizes)
+    for server in (plain, head):
+        fast = embedding_hessian_blocks(server, theta0, Z, y, sizes)
+        assert [a.shape for a in fast] == [a.shape for a in auto]
+        for a, b in zip(fast, auto):
+            assert torch.allclose(a, b, rtol=0, atol=1e-14 * float(b.abs().max()))

@@ -125,6 +125,9 @@ def embedding_hessian_blocks(
     The gradient graph of :math:`F_B` is built once and serves every block of ``blocks``
     (default ``0..M``), returned in that order.
     """
+    layer = _plain_linear(server)
+    if layer is not None:
+        return _linear_head_blocks(layer, theta0, Z, y, sizes, blocks)
     t = theta0.detach().clone().requires_grad_(True)
     z = Z.detach().clone().requires_grad_(True)
     g_t, g_z = grad(server_loss(server, t, z, y), [t, z], create_graph=True)
@@ -139,6 +142,85 @@ def embedding_hessian_blocks(
         keep = torch.ones(rows.shape[1], dtype=torch.bool)
         keep[t.numel() + idx] = False
         out.append(rows[:, keep])
+    return out
+
+
+def _plain_linear(server: nn.Module) -> nn.Linear | None:
+    """The head's ``nn.Linear`` if ``server`` is exactly one (bare or the toolkit's LinearHead).
+
+    Only these types: a subclass or a custom module could apply a function its parameters do
+    not show, and then only autograd knows its Hessian.
+    """
+    from ..vfl.models import LinearHead
+
+    if type(server) is nn.Linear:
+        return server
+    if type(server) is LinearHead and type(server.net) is nn.Linear:
+        return server.net
+    return None
+
+
+def _linear_head_blocks(
+    layer: nn.Linear,
+    theta0: torch.Tensor,
+    Z: torch.Tensor,
+    y: torch.Tensor,
+    sizes: Sequence[int],
+    blocks: Sequence[int] | None,
+) -> list[torch.Tensor]:
+    r""":func:`embedding_hessian_blocks` of a linear softmax head, in closed form.
+
+    With :math:`u_i = A z_i + c`, :math:`p_i = \mathrm{softmax}(u_i)`, :math:`g_i = p_i - e_{y_i}`
+    and :math:`S_i = \mathrm{diag}(p_i) - p_i p_i^\top`, the batch-mean cross entropy has
+
+    .. math::
+       \frac{\partial^2 F_B}{\partial z_{ia}\,\partial z_{kq}} = \frac{\delta_{ik}}{B}
+       (A^\top S_i A)_{aq}, \quad
+       \frac{\partial^2 F_B}{\partial z_{ia}\,\partial A_{cq}} = \frac1B\bigl((S_i A)_{ca}
+       z_{iq} + g_{ic}\delta_{aq}\bigr), \quad
+       \frac{\partial^2 F_B}{\partial z_{ia}\,\partial c_c} = \frac1B (S_i A)_{ca},
+
+    assembled in the same row and column order as the autograd path (``θ_0 = [vec(A), c]``,
+    row-major; ``vec(Z)`` row-major), at the point ``theta0`` (not the module's own values).
+    """
+    B, P = Z.shape
+    C = layer.out_features
+    z = Z.detach()
+    t = theta0.detach().reshape(-1).to(z.dtype)
+    A = t[: C * P].reshape(C, P)
+    c = t[C * P :] if layer.bias is not None else torch.zeros(C, dtype=z.dtype)
+    p = torch.softmax(z @ A.T + c, dim=1)
+    g = p.clone()
+    g[torch.arange(B), y] -= 1.0
+    S = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]  # (B, C, C)
+    SA = S @ A  # (B, C, P): (S_i A)_{ca}
+    # d^2 F / d z_{ia} d A_{cq}, as (B, P(a), C, P(q)); the bias part (B, P(a), C)
+    eye = torch.eye(P, dtype=z.dtype)
+    dA = (SA.transpose(1, 2)[:, :, :, None] * z[:, None, None, :]) + (
+        g[:, None, :, None] * eye[None, :, None, :]
+    )
+    parts = [dA.reshape(B, P, C * P)]
+    if layer.bias is not None:
+        parts.append(SA.transpose(1, 2))
+    theta_cols = torch.cat(parts, dim=2) / B  # (B, P, n0): rows (i, a)
+    n0 = theta_cols.shape[2]
+    zz = (A.T @ SA) / B  # (B, P, P): (A^T S_i A)_{aq} / B
+    off = [0, *torch.cumsum(torch.tensor(list(sizes)), 0).tolist()]
+    out = []
+    for m in range(len(sizes) + 1) if blocks is None else blocks:
+        if m == 0:
+            out.append(theta_cols.permute(2, 0, 1).reshape(n0, B * P))
+            continue
+        a = slice(off[m - 1], off[m])
+        Pm = off[m] - off[m - 1]
+        rows_t = theta_cols[:, a, :].reshape(B * Pm, n0)
+        # the other blocks' columns of every sample k: nonzero only for k = i
+        other = torch.cat([zz[:, a, : off[m - 1]], zz[:, a, off[m] :]], dim=2)  # (B, Pm, P-Pm)
+        Q = P - Pm
+        rows_z = torch.zeros(B, Pm, B, Q, dtype=z.dtype)
+        idx = torch.arange(B)
+        rows_z[idx, :, idx, :] = other
+        out.append(torch.cat([rows_t, rows_z.reshape(B * Pm, B * Q)], dim=1))
     return out
 
 
