@@ -52,6 +52,10 @@ class NodeMessage:
     seed: int
     rate: float = float("nan")
 
+    def __post_init__(self) -> None:
+        # read-only: n_nonzero is counted once, and a message is what was sent
+        self.values.setflags(write=False)
+
     @cached_property
     def n_nonzero(self) -> int:
         r""":math:`s_i = |\{j : Y_i(j) \neq \mu_i\}|` (K3), counted once per message."""

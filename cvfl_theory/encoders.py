@@ -400,7 +400,9 @@ class IndependentEncoder(Encoder):
 
     def __init__(self, p: Any, mu: CentreSpec = "mean") -> None:
         super().__init__(mu)
-        self.p = check_probabilities(p)
+        # a read-only copy: the checks made here stand for every later encoding
+        self.p = np.array(check_probabilities(p), dtype=np.float64)
+        self.p.setflags(write=False)
         self.scheme = (
             "bernoulli-varying" if self.p.ndim == 2 and self.p.shape[1] > 1 else "bernoulli"
         )
@@ -577,7 +579,14 @@ class BinaryQuantizationEncoder(Encoder):
         lo, hi = x.min(), x.max()
         if hi == lo:
             return np.zeros_like(x)
-        return (x - lo) / (hi - lo)
+        with np.errstate(over="ignore"):
+            span = hi - lo
+        if not np.isfinite(span):
+            raise ValueError(
+                f"X's row range max - min = {hi} - ({lo}) overflows float64: binary quantization "
+                "cannot encode it (scale the data down)"
+            )
+        return (x - lo) / span
 
     def _node_rate(self, i, n, d):
         return float("nan")

@@ -260,3 +260,24 @@ def test_a_certificate_is_kept_and_loaded_exactly(ds, tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="curvature must be a number"):
         Certificate.load(path)
+
+
+class _Linear(nn.Linear):
+    """A subclass of nn.Linear: not the analytic model's type, so autograd takes the gradients."""
+
+
+def test_closed_form_gradients_without_bias_equal_autograd():
+    """Bias-free linear parties and head: the observed average ||grad F||^2 of the certified
+    certificate (closed-form gradients) equals the estimated one's (autograd), same run."""
+    ds = tiny_dataset(48, [3, 2, 4], seed=2)
+    out = {}
+    for cls in (nn.Linear, _Linear):
+        torch.manual_seed(5)
+        parties = [cls(d, 2, bias=False) for d in ds.feature_dims]
+        server = cls(2 * len(parties), ds.n_classes, bias=False)
+        cfg = _cfg(parties_model=parties, server_model=server)
+        probe = TrajectoryProbe(ds, cfg, progress=False)
+        out[cls] = probe.certificate(train(ds, cfg, probe=probe))
+    assert out[nn.Linear].certified and not out[_Linear].certified
+    a, b = out[nn.Linear].observed, out[_Linear].observed
+    assert a == pytest.approx(b, rel=1e-12) and a > 0

@@ -510,3 +510,30 @@ def test_min_centre_of_signed_zeros_is_plus_zero(dtype):
     X = np.array(rows, dtype=dtype)
     c = IndependentEncoder(p=0.5, mu="min").centres(X)
     assert (c == 0).all() and not np.signbit(c).any()
+
+
+def test_binary_quantization_refuses_a_range_that_overflows():
+    """max - min = inf: the probabilities would be NaN and the top entry never sent."""
+    with pytest.raises(ValueError, match="overflows float64"):
+        BinaryQuantizationEncoder().encode(np.array([[-1e308, 0.0, 1e308]]), rng=0)
+
+
+def test_independent_encoder_keeps_its_own_checked_probabilities():
+    """Changing the caller's array after construction changes nothing (and p is read-only)."""
+    p = np.full((2, 4), 0.5)
+    enc = IndependentEncoder(p)
+    p[0] = 2.0
+    p[1, 0] = np.nan
+    assert np.all(enc.p == 0.5) and not enc.p.flags.writeable
+    X = np.arange(8.0).reshape(2, 4)
+    a = enc.decode(enc.encode(X, rng=3))
+    b = IndependentEncoder(np.full((2, 4), 0.5)).decode(IndependentEncoder(0.5).encode(X, rng=3))
+    assert a.shape == b.shape == (2, 4)
+
+
+def test_sent_values_are_read_only():
+    """A message is what was sent: its values cannot be edited (the counts are cached)."""
+    enc = IndependentEncoder(0.5, mu="zero").encode(np.arange(1.0, 9.0).reshape(2, 4), rng=0)
+    node = next(m for m in enc.nodes if m.values.size)
+    with pytest.raises(ValueError, match="read-only"):
+        node.values[0] = 0.0
