@@ -35,13 +35,21 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import numpy as np
 from _timing import cpu_line, kernel_env, worker_json
 
 import cvfl_theory
 from cvfl_theory import _kernels
-from cvfl_theory.compressors import HexLatticeQuantizer, Identity, ScalarQuantizer, TopK
+from cvfl_theory.compressors import (
+    Compressor,
+    HexLatticeQuantizer,
+    Identity,
+    ScalarQuantizer,
+    TopK,
+)
 
 REPEATS = 7
 SHAPE = (4096, 256)
@@ -84,7 +92,7 @@ def _verdict(ratio: float, cpu_ratio: float, target: float | None) -> str:
     return "PASS" if min(ratio, cpu_ratio) <= target else "MISS"
 
 
-def _cases() -> list[tuple[str, object, float | None]]:
+def _cases() -> list[tuple[str, Compressor, float | None]]:
     return [
         ("identity (32-bit)", Identity(), None),
         ("scalar q=3 minmax-row", ScalarQuantizer(3), 6.0),
@@ -94,21 +102,29 @@ def _cases() -> list[tuple[str, object, float | None]]:
     ]
 
 
-def measure(repeats: int) -> list[dict[str, object]]:
+def _compress_decompress(comp: Any, x: Any) -> Any:
+    """``decompress(compress(x))`` with the benchmark's dither seed."""
+    return comp.decompress(comp.compress(x, rng=1))
+
+
+def measure(repeats: int) -> list[dict[str, Any]]:
     """Every case on the kernel path of this process: one row per case, backend and op."""
     import torch
 
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
     a = rng.standard_normal(SHAPE).astype(np.float32)
-    inputs = {"torch": torch.from_numpy(a.copy()), "numpy": a}
-    clones = {"torch": lambda: inputs["torch"].clone(), "numpy": lambda: a.copy()}
-    rows: list[dict[str, object]] = []
+    inputs: dict[str, Any] = {"torch": torch.from_numpy(a.copy()), "numpy": a}
+    clones: dict[str, Callable[[], object]] = {
+        "torch": lambda: inputs["torch"].clone(),
+        "numpy": lambda: a.copy(),
+    }
+    rows: list[dict[str, Any]] = []
     for name, comp, target in _cases():
         for backend, x in inputs.items():
             ops: dict[str, Callable[[], object]] = {
-                "c+d": lambda comp=comp, x=x: comp.decompress(comp.compress(x, rng=1)),
-                "rt": lambda comp=comp, x=x: comp.roundtrip(x, rng=1),
+                "c+d": partial(_compress_decompress, comp, x),
+                "rt": partial(comp.roundtrip, x, rng=1),
             }
             for label, op in ops.items():
                 t, t_clone, c, c_clone = median_times(op, clones[backend], repeats)
@@ -127,7 +143,7 @@ def measure(repeats: int) -> list[dict[str, object]]:
     return rows
 
 
-def _measure_path(path: str, repeats: int) -> list[dict[str, object]]:
+def _measure_path(path: str, repeats: int) -> list[dict[str, Any]]:
     """``measure`` in a subprocess forced onto ``path`` (the path is chosen at import)."""
     return worker_json(__file__, ["--repeats", str(repeats)], kernel_env(path), path)
 

@@ -19,6 +19,7 @@ Each timing is the minimum over interleaved repeats, so background load affects 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import torch
 
@@ -29,7 +30,7 @@ from cvfl_sim.vfl.train import train
 
 REPEATS = 5
 
-SETUPS = {
+SETUPS: dict[str, tuple[str, dict[str, Any]]] = {
     "cnn/views": ("digits-views-4", {"parties_model": "cnn", "batch_size": 64, "epochs": 1}),
     "mlp/quadrants": ("digits-quadrants", {"batch_size": 128, "epochs": 4}),
 }

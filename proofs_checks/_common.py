@@ -112,7 +112,8 @@ def setting_data(seed: int, rng_spec: Any, shape: tuple[int, int]) -> tuple[np.n
     if isinstance(rng_spec, str):
         x = gen.normal(size=shape) * (1 + np.arange(shape[0]))[:, None]
     else:
-        x = gen.uniform(*rng_spec, size=shape)
+        lo, hi = rng_spec
+        x = gen.uniform(float(lo), float(hi), size=shape)
     B = x.shape[0]
     if rng_spec == "minmax-row":
         lo, hi = x.min(axis=1, keepdims=True), x.max(axis=1, keepdims=True)
