@@ -291,3 +291,11 @@ def test_local_constants_at_a_saturated_sample_cover_the_ball():
         worst = max(worst, float(np.linalg.eigvalsh(np.diag(p) - np.outer(p, p))[-1]))
     assert worst > 0.49
     assert lam_r[0] >= worst
+
+
+@pytest.mark.parametrize("bad", [[0.0, 1.0], [[0.0, np.inf]], [[np.nan, 0.0]]])
+def test_off_top_probability_refuses_what_is_not_finite_logits(bad):
+    from cvfl_sim.bounds.tight_term import off_top_probability
+
+    with pytest.raises(ValueError, match="logits must be a finite"):
+        off_top_probability(bad)

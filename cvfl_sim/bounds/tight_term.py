@@ -402,6 +402,8 @@ def off_top_probability(logits: Any) -> np.ndarray:
     1.9287498479639178e-22
     """
     u = np.asarray(logits, dtype=np.float64)
+    if u.ndim != 2 or u.shape[1] < 1 or not np.all(np.isfinite(u)):
+        raise ValueError(f"logits must be a finite (n, K) array, got shape {u.shape}")
     top = u.argmax(axis=1)
     e = np.exp(u - u[np.arange(len(u)), top][:, None])
     e[np.arange(len(u)), top] = 0.0
