@@ -161,3 +161,22 @@ def test_bits_sweep_round_trip_and_plot(tmp_path):
     _rewrite(tmp_path / "s.json", doc)
     with pytest.raises(ValueError, match="standard_error must be >= 0"):
         BitsSweep.load(tmp_path / "s.json")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda f: f["unavailable"].append(dict(f["unavailable"][0])),  # the same pair twice
+        lambda f: f["unavailable"].append({**f["reports"][0], "reason": "x"}),  # also a report
+        lambda f: f["unavailable"][0].update(bits=99),  # not a width of the sweep
+        lambda f: f["unavailable"][0].update(kind="gzip"),  # not a compressor of the sweep
+    ],
+)
+def test_bits_sweep_refuses_unavailable_entries_that_are_not_new_pairs(tmp_path, change):
+    sweep = compare_bits(X, bits=range(1, 3), trials=20, rng=2)
+    sweep.save(tmp_path / "s")
+    doc = _doc(tmp_path / "s.json")
+    change(doc["fields"])
+    _rewrite(tmp_path / "s.json", doc)
+    with pytest.raises(ValueError, match="is not a new pair of the sweep"):
+        BitsSweep.load(tmp_path / "s.json")

@@ -199,24 +199,28 @@ class BitsSweep:
             raise ValueError(f"{where}: range must be two finite numbers")
         if not shape or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in shape):
             raise ValueError(f"{where}: shape must be sizes >= 1")
+        seen: set[tuple[str, int]] = set()
+
+        def pair(entry: Any, w: str) -> tuple[str, int]:
+            """The entry's (kind, bits): a pair of the sweep that no other entry has."""
+            if not isinstance(entry, dict):
+                raise ValueError(f"{w}: an entry is a JSON object")
+            key = (checked_field(entry, "kind", str, w), checked_field(entry, "bits", int, w))
+            if key[0] not in kinds or key[1] not in bits or key in seen:
+                raise ValueError(f"{w}: ({key[0]}, {key[1]}) is not a new pair of the sweep")
+            seen.add(key)
+            return key
+
         reports: dict[tuple[str, int], ComparisonReport] = {}
         for i, r in enumerate(checked_field(d, "reports", list, where)):
             w = f"{where}, report {i}"
-            if not isinstance(r, dict):
-                raise ValueError(f"{w}: a report is a JSON object")
-            key = (checked_field(r, "kind", str, w), checked_field(r, "bits", int, w))
-            if key[0] not in kinds or key[1] not in bits or key in reports:
-                raise ValueError(f"{w}: ({key[0]}, {key[1]}) is not a new pair of the sweep")
-            reports[key] = ComparisonReport.from_dict(
+            reports[pair(r, w)] = ComparisonReport.from_dict(
                 {k: v for k, v in r.items() if k not in ("kind", "bits")}, w
             )
         unavailable: dict[tuple[str, int], str] = {}
         for i, u in enumerate(checked_field(d, "unavailable", list, where)):
             w = f"{where}, unavailable {i}"
-            if not isinstance(u, dict):
-                raise ValueError(f"{w}: an entry is a JSON object")
-            key = (checked_field(u, "kind", str, w), checked_field(u, "bits", int, w))
-            unavailable[key] = checked_field(u, "reason", str, w)
+            unavailable[pair(u, w)] = checked_field(u, "reason", str, w)
         return cls(
             kinds=tuple(kinds),
             bits=tuple(bits),
