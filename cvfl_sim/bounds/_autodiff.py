@@ -11,6 +11,7 @@ are small (a batch's embeddings), so a dense matrix costs less than a power iter
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -125,7 +126,9 @@ def embedding_hessian_blocks(
     The gradient graph of :math:`F_B` is built once and serves every block of ``blocks``
     (default ``0..M``), returned in that order.
     """
-    layer = _plain_linear(server)
+    from ..vfl.models import LinearHead
+
+    layer = plain_linear(server, LinearHead)
     if layer is not None:
         return _linear_head_blocks(layer, theta0, Z, y, sizes, blocks)
     t = theta0.detach().clone().requires_grad_(True)
@@ -145,18 +148,17 @@ def embedding_hessian_blocks(
     return out
 
 
-def _plain_linear(server: nn.Module) -> nn.Linear | None:
-    """The head's ``nn.Linear`` if ``server`` is exactly one (bare or the toolkit's LinearHead).
+def plain_linear(module: nn.Module, wrapper: type) -> nn.Linear | None:
+    """The ``nn.Linear`` that ``module`` is, or that exactly a ``wrapper`` holds as its ``net``.
 
-    Only these types: a subclass or a custom module could apply a function its parameters do
-    not show, and then only autograd knows its Hessian.
+    ``wrapper`` is one of the toolkit's modules (``LinearHead``, ``MLPEmbedding``). Only these types: a subclass or a custom module could apply a function in its ``forward``
+    that its parameters do not show, and then only autograd knows its derivatives.
     """
-    from ..vfl.models import LinearHead
-
-    if type(server) is nn.Linear:
-        return server
-    if type(server) is LinearHead and type(server.net) is nn.Linear:
-        return server.net
+    if type(module) is nn.Linear:
+        return module
+    inner = getattr(module, "net", None)
+    if type(module) is wrapper and type(inner) is nn.Linear:
+        return inner
     return None
 
 
@@ -205,7 +207,7 @@ def _linear_head_blocks(
     theta_cols = torch.cat(parts, dim=2) / B  # (B, P, n0): rows (i, a)
     n0 = theta_cols.shape[2]
     zz = (A.T @ SA) / B  # (B, P, P): (A^T S_i A)_{aq} / B
-    off = [0, *torch.cumsum(torch.tensor(list(sizes)), 0).tolist()]
+    off = [0, *itertools.accumulate(sizes)]
     out = []
     for m in range(len(sizes) + 1) if blocks is None else blocks:
         if m == 0:

@@ -118,6 +118,7 @@ from ..vfl.data import VerticalDataset
 from ..vfl.models import LinearHead, MLPEmbedding
 from ..vfl.results import RunResult
 from ..vfl.train import train
+from ._autodiff import plain_linear
 
 __all__ = [
     "LinearPoint",
@@ -386,13 +387,9 @@ def is_analytic(parties: Sequence[nn.Module], server: nn.Module) -> bool:
     hidden layer, :class:`~cvfl_sim.vfl.models.LinearHead`, or a bare ``nn.Linear``): a custom
     module could apply a function in its ``forward`` that no submodule shows.
     """
-
-    def linear(mod: nn.Module, kinds: tuple[type, ...]) -> bool:
-        if type(mod) is nn.Linear:
-            return True
-        return type(mod) in kinds and type(getattr(mod, "net", None)) is nn.Linear
-
-    return all(linear(p, (MLPEmbedding,)) for p in parties) and linear(server, (LinearHead,))
+    return all(plain_linear(p, MLPEmbedding) is not None for p in parties) and (
+        plain_linear(server, LinearHead) is not None
+    )
 
 
 def linear_point(parties: Sequence[nn.Module], server: nn.Module) -> LinearPoint:
