@@ -1005,6 +1005,59 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------- */
+/* the SFC64 state numpy seeds from an integer (cvfl_theory.sampling.node_generators)          */
+/* numpy.random.SFC64(seed) for an integer seed < 2^64: SeedSequence(seed) mixes the seed's      */
+/* 32-bit words (low first; a seed below 2^32 has one, and the pool's other words hash 0, as a  */
+/* zero high word does) into a pool of 4 words with its multiply-xorshift hashes, draws three   */
+/* 64-bit words from the pool (generate_state(3, uint64): six 32-bit words, low half first),    */
+/* sets the counter to 1 and runs 12 steps of the generator. The constants are SeedSequence's;  */
+/* tests/test_sampling.py compares the states with numpy's own over the whole seed range.       */
+static uint32_t ss_hashmix(uint32_t value, uint32_t *hash_const) {
+    value ^= *hash_const;
+    *hash_const *= 0x931E8875u;
+    value *= *hash_const;
+    return value ^ (value >> 16);
+}
+
+static uint32_t ss_mix(uint32_t x, uint32_t y) {
+    uint32_t r = 0xCA01F9DDu * x - 0x4973F715u * y;
+    return r ^ (r >> 16);
+}
+
+static void sfc64_seeded(uint64_t seed, uint64_t s[4]) {
+    uint32_t pool[4], hc = 0x43B0D7E5u, words[4] = {(uint32_t)seed, (uint32_t)(seed >> 32), 0, 0};
+    for (int i = 0; i < 4; i++) pool[i] = ss_hashmix(words[i], &hc);
+    for (int src = 0; src < 4; src++)
+        for (int dst = 0; dst < 4; dst++)
+            if (src != dst) pool[dst] = ss_mix(pool[dst], ss_hashmix(pool[src], &hc));
+    uint32_t hb = 0x8B51F9DDu, out[6];
+    for (int k = 0; k < 6; k++) {
+        uint32_t v = pool[k % 4] ^ hb;
+        hb *= 0x58F38DEDu;
+        v *= hb;
+        out[k] = v ^ (v >> 16);
+    }
+    for (int k = 0; k < 3; k++) s[k] = (uint64_t)out[2 * k] | ((uint64_t)out[2 * k + 1] << 32);
+    s[3] = 1;
+    for (int i = 0; i < 12; i++) {
+        uint64_t tmp = s[0] + s[1] + s[3]++;
+        s[0] = s[1] ^ (s[1] >> 11);
+        s[1] = s[2] + (s[2] << 3);
+        s[2] = ((s[2] << 24) | (s[2] >> 40)) + tmp;
+    }
+}
+
+/* sfc64_state(seed) -> the 4 words of numpy.random.SFC64(seed)'s state, for 0 <= seed < 2^64 */
+static PyObject *py_sfc64_state(PyObject *self, PyObject *arg) {
+    unsigned long long seed = PyLong_AsUnsignedLongLong(arg); /* refuses < 0, >= 2^64, non-int */
+    if (seed == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    uint64_t s[4];
+    sfc64_seeded((uint64_t)seed, s);
+    return Py_BuildValue("(KKKK)", (unsigned long long)s[0], (unsigned long long)s[1],
+                         (unsigned long long)s[2], (unsigned long long)s[3]);
+}
+
+/* ------------------------------------------------------------------------------------------- */
 /* fixed-order row sums (THEORY K1: the centre mu = "mean"; cvfl_theory._validate.row_sums)    */
 /* The definition (the same bits on every path, compiler and machine; tests/test_encoders.py    */
 /* checks it against a numpy transcription): for a row x_0 .. x_{d-1} (float32 or float64),     */
@@ -1094,6 +1147,8 @@ static PyMethodDef methods[] = {
      "sparse_values(x, xt, d, idx, k, centre, p, out, check) -> entries not finite, or -1"},
     {"scatter_add", py_scatter_add, METH_VARARGS,
      "scatter_add(acc, d, idx, k, vals, vt, centre, scale) -> whether it added"},
+    {"sfc64_state", py_sfc64_state, METH_O,
+     "sfc64_state(seed) -> the 4 state words of numpy.random.SFC64(seed), 0 <= seed < 2^64"},
     {"row_sums", py_row_sums, METH_VARARGS,
      "row_sums(x, xt, n, d, out): the row sums of x (n, d) into out (n float64 values), in the "
      "fixed order of the source's definition (16 float64 lanes, entry j in lane j mod 16, the "

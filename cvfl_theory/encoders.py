@@ -46,7 +46,12 @@ from .encoded import Encoded, NodeMessage
 from .encoded import average as _average
 from .encoded import decode as _decode
 from .rotation import hadamard_rotate
-from .sampling import bernoulli_support, bernoulli_support_varying, k_subset_support
+from .sampling import (
+    bernoulli_support,
+    bernoulli_support_varying,
+    k_subset_support,
+    node_generators,
+)
 
 __all__ = [
     "Encoder",
@@ -116,8 +121,13 @@ class Encoder(ABC):
         """The sampling parameter recorded in the message (``p_i``, ``k_i`` or NaN)."""
 
     @abstractmethod
-    def _support(self, seed: int, i: int, x: np.ndarray, centre: float) -> np.ndarray:
-        """Draw node ``i``'s support from its seed."""
+    def _support(
+        self, gen: np.random.Generator, i: int, x: np.ndarray, centre: float
+    ) -> np.ndarray:
+        """Draw node ``i``'s support from ``gen``, its seed's node generator.
+
+        ``gen`` is in the state :func:`~cvfl_theory.sampling.node_generator` starts from.
+        """
 
     @abstractmethod
     def _values(self, x_sel: np.ndarray, idx: np.ndarray, i: int, x: np.ndarray, centre: float):
@@ -239,7 +249,10 @@ class Encoder(ABC):
     ) -> Encoded:
         seeds = [int(s) for s in draw_seeds(as_generator(rng), Xn.shape[0], self.seed_bits)]
         centres = self._centres(Xn, row_sums)
-        supports = [self._support(s, i, Xn[i], centres[i]) for i, s in enumerate(seeds)]
+        supports = [
+            self._support(gen, i, Xn[i], centres[i])
+            for i, gen in enumerate(node_generators(seeds))  # one generator, re-seeded per node
+        ]
         return self._encode_given(Xn, kind, supports, seeds, centres, check_rows, **extra)
 
     def _encode_given(
@@ -430,11 +443,13 @@ class IndependentEncoder(Encoder):
         r = self._row_p(i)
         return r if isinstance(r, float) else float("nan")
 
-    def _support(self, seed: int, i: int, x: np.ndarray, centre: float) -> np.ndarray:
+    def _support(
+        self, gen: np.random.Generator, i: int, x: np.ndarray, centre: float
+    ) -> np.ndarray:
         r = self._row_p(i)
         if isinstance(r, float):
-            return bernoulli_support(seed, r, x.shape[0])
-        return bernoulli_support_varying(seed, r, validate=False)  # p checked on construction
+            return bernoulli_support(gen, r, x.shape[0])
+        return bernoulli_support_varying(gen, r, validate=False)  # p checked on construction
 
     def _rows_checked_in_pass(self, Xn: np.ndarray) -> bool:
         return (
@@ -536,8 +551,8 @@ class FixedSizeEncoder(Encoder):
     def _node_k(self, i: int) -> int:
         return int(self.k[i]) if self.k.ndim else int(self.k)
 
-    def _support(self, seed, i, x, centre):
-        return k_subset_support(seed, self._node_k(i), x.shape[0])
+    def _support(self, gen, i, x, centre):
+        return k_subset_support(gen, self._node_k(i), x.shape[0])
 
     def _values(self, x_sel, idx, i, x, centre):
         k = self._node_k(i)
@@ -591,8 +606,8 @@ class BinaryQuantizationEncoder(Encoder):
     def _node_rate(self, i, n, d):
         return float("nan")
 
-    def _support(self, seed, i, x, centre):
-        return bernoulli_support_varying(seed, self._probabilities(x), validate=False)  # in [0, 1]
+    def _support(self, gen, i, x, centre):
+        return bernoulli_support_varying(gen, self._probabilities(x), validate=False)  # in [0, 1]
 
     def _values(self, x_sel, idx, i, x, centre):
         return np.full(idx.shape, x.max(), dtype=x_sel.dtype)

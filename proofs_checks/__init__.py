@@ -5,6 +5,6 @@ closed form with an independent exact or Monte Carlo computation (the numeric pa
 with ``python -m proofs_checks`` or ``cvfl verify``.
 """
 
-from .result import CheckResult, Comparison, all_checks, run_all
+from .result import CheckResult, Comparison, all_checks, check_names, load_check, run_all
 
-__all__ = ["CheckResult", "Comparison", "all_checks", "run_all"]
+__all__ = ["CheckResult", "Comparison", "all_checks", "check_names", "load_check", "run_all"]

@@ -203,19 +203,34 @@ class CheckResult:
         )
 
 
-def all_checks() -> list[tuple[str, Callable[[], CheckResult]]]:
-    """Every ``check`` function of the modules in this package, sorted by module name."""
+def check_names() -> list[str]:
+    """The module names of every check in this package, sorted, without importing any of them.
+
+    ``cvfl verify`` sends these names to its workers, which import what their checks need
+    (torch, sympy); the process that only lists and prints them never does.
+    """
     import proofs_checks
 
-    found = []
-    for info in sorted(pkgutil.iter_modules(proofs_checks.__path__), key=lambda m: m.name):
-        if info.name in {"result", "__main__"} or info.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"proofs_checks.{info.name}")
-        fn = getattr(mod, "check", None)
-        if callable(fn):
-            found.append((info.name, fn))
-    return found
+    return sorted(
+        info.name
+        for info in pkgutil.iter_modules(proofs_checks.__path__)
+        if info.name not in {"result", "__main__"} and not info.name.startswith("_")
+    )
+
+
+def load_check(name: str) -> Callable[[], CheckResult]:
+    """The ``check`` function of module ``proofs_checks.<name>`` (one of :func:`check_names`)."""
+    if name not in check_names():
+        raise ValueError(f"no proofs check named {name!r}; the checks are {check_names()}")
+    fn = getattr(importlib.import_module(f"proofs_checks.{name}"), "check", None)
+    if not callable(fn):
+        raise TypeError(f"proofs_checks.{name} has no check() function")
+    return fn
+
+
+def all_checks() -> list[tuple[str, Callable[[], CheckResult]]]:
+    """Every ``(module name, check function)`` of this package, sorted by module name."""
+    return [(name, load_check(name)) for name in check_names()]
 
 
 def run_all(prefix: str = "") -> list[CheckResult]:

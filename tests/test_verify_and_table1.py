@@ -1,5 +1,8 @@
 """verify() reports agreement for correct closed forms and disagreement for wrong ones; Table 1."""
 
+import sys
+import types
+
 import numpy as np
 import pytest
 
@@ -66,7 +69,11 @@ def test_cli_verify_exits_nonzero_when_a_check_fails(monkeypatch, capsys):
     from proofs_checks import CheckResult
 
     failing = CheckResult("K0", "a false claim", "test", None, 1.0, 0.0, 0.1)
-    monkeypatch.setattr(proofs_checks, "all_checks", lambda: [("k0_false", lambda: failing)])
+    module = types.ModuleType("proofs_checks.k0_false")
+    module.check = lambda: failing  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "proofs_checks.k0_false", module)
+    monkeypatch.setattr(proofs_checks.result, "check_names", lambda: ["k0_false"])
+    monkeypatch.setattr(proofs_checks, "check_names", lambda: ["k0_false"])
     # in this process (--jobs 1): a worker would not see the monkeypatched registry
     assert main(["verify", "--trials", "20", "--checks", "k0", "--jobs", "1"]) == 1
     assert "FAILED: K0" in capsys.readouterr().out

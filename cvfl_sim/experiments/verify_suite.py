@@ -76,8 +76,7 @@ def run_task(task: tuple[Any, ...], trials: int) -> tuple[Any, ...]:
     """One unit of ``cvfl verify``, as a worker process runs it.
 
     ``("run", i, name, X, encoder, seed)`` gives ``("run", i, name, VerifyResult)``;
-    ``("check", i, check)`` runs a proofs check (a module's ``check`` function, sent to a worker
-    by reference) and gives ``("check", i, CheckResult, what it printed)``: a check's own lines
+    ``("check", i, module name)`` runs that proofs check (imported in the worker) and gives ``("check", i, CheckResult, what it printed)``: a check's own lines
     are notes, never this process's stdout.
     """
     if task[0] == "run":
@@ -86,7 +85,10 @@ def run_task(task: tuple[Any, ...], trials: int) -> tuple[Any, ...]:
     import contextlib
     import io
 
-    _, i, check = task
+    from proofs_checks import load_check
+
+    _, i, name = task
+    check = load_check(name)  # imported here: the process that lists the checks never does
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         result = check()
