@@ -231,6 +231,33 @@ def test_bad_input():
         tt.tight_lemma1_bound(parties, "x", xs, y, [0.1, 0.1])
 
 
+class _SquashedHead(nn.Module):
+    """A head whose ``.net`` is an ``nn.Linear`` but whose output is not linear in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Linear(8, 3).double()
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return 4.0 * torch.tanh(self.net(z))
+
+
+class _ScaledLinear(nn.Linear):
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return 3.0 * super().forward(z)
+
+
+@pytest.mark.parametrize("head", [_SquashedHead, lambda: _ScaledLinear(8, 3).double()])
+def test_a_head_that_only_looks_linear_gets_no_remainder_bound(head):
+    # the remainder's constants are those of a linear softmax head: a module holding an
+    # nn.Linear, or a subclass of one, may compute something else, so it is refused
+    parties, _, xs, y = _ce_setup(2, 1.0)
+    with pytest.raises(ValueError, match="linear server head"):
+        tt.tight_lemma1_bound(parties, head(), xs, y, [0.1, 0.1])
+    with pytest.raises(ValueError, match="linear server head"):
+        tt.realised_lemma1_bound(parties, head(), xs, y, [torch.zeros(12, 4)] * 2)
+
+
 def test_the_proofs_check_passes_and_catches_the_mutations(monkeypatch):
     import proofs_checks.c4_5_tight_term as check_module
 

@@ -59,7 +59,7 @@ from torch.func import functional_call, jacrev, vmap
 
 from cvfl_theory.table import Table
 
-from ._autodiff import flat_params
+from ._autodiff import flat_params, plain_linear
 from .analytic_constants import softmax_parts
 
 __all__ = [
@@ -274,8 +274,16 @@ def _kinds(kind: Any, M: int) -> tuple[str, ...]:
 
 
 def _linear_head(server: nn.Module) -> nn.Linear | None:
-    lin = getattr(server, "net", server)
-    return lin if isinstance(lin, nn.Linear) and lin.bias is not None else None
+    """The server's ``nn.Linear`` with bias if the server is exactly one (or a ``LinearHead``).
+
+    A subclass or another wrapper could apply a function its parameters do not show, and the
+    remainder's constants are proved for a linear softmax head only (the same test as the
+    closed-form Hessian blocks make).
+    """
+    from ..vfl.models import LinearHead
+
+    lin = plain_linear(server, LinearHead)
+    return lin if lin is not None and lin.bias is not None else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -672,8 +680,8 @@ def tight_lemma1_bound(
         raise ValueError("remainder=True is proved for cross entropy only: pass loss=None")
     if remainder and head is None:
         raise ValueError(
-            "remainder=True needs a linear server head (nn.Linear with bias, or a module whose "
-            f".net is one); got {type(server).__name__}: pass remainder=False for the first-order "
+            "remainder=True needs a linear server head (an nn.Linear with bias, or the toolkit's "
+            f"LinearHead); got {type(server).__name__}: pass remainder=False for the first-order "
             "term only (not a bound)"
         )
     d = _derivatives(parties, server, inputs, y, loss)
