@@ -23,6 +23,15 @@ as an AVX2-only machine would: numpy, OpenBLAS and torch are kept off their AVX-
 ``avx512`` and ``avx2``: a miss is ``MISS`` (both the wall and the CPU ratio above the target), a path this
 CPU lacks is ``not measurable here``; ``portable`` has no target.
 
+Below the ratios, a **roofline fraction** per case: a floor measured in the same run divided by
+the kernel's time (1 = at the floor). The floor is the work no implementation can skip: the bytes
+it must move (the input read and the output written, the payload written and read back: at the
+speed the same run measured for ``clone``) plus the dither stream it must generate (the scalar
+quantizer one 32-bit word per entry, the hexagonal one two per pair, on each side;
+``_kernels.dither_words``, its stores included). A ratio to ``clone`` swings between CPUs
+(cache sizes, memory bandwidth); the fraction says how much of the kernel's time is above what
+the machine must spend anyway.
+
 Run ``PYTHONPATH=/path/to/other/checkout python benchmarks/bench_compressors.py`` to measure
 another version of the package under the same conditions (before/after comparisons).
 """
@@ -102,6 +111,46 @@ def _cases() -> list[tuple[str, Compressor, float | None]]:
     ]
 
 
+def _stream(words: int, out: np.ndarray) -> None:
+    """Generate ``words`` 32-bit dither words into ``out`` in one call (the floor's stream).
+
+    One call: a call that starts at word ``e0 > 0`` first steps the stream there, so chunks
+    would cost more than the stream itself. Its words are stored (``4 words`` bytes), which the
+    fused kernels never do: the floor's stream part is, if anything, too high.
+    """
+    _kernels.dither_words(1, 0, words, out[:words])
+
+
+def _stream_words(comp: Compressor, shape: tuple[int, int]) -> int:
+    """Dither words one side of ``comp`` consumes for a ``shape`` matrix (0 without dither)."""
+    B, P = shape
+    if isinstance(comp, ScalarQuantizer) and comp.dither:
+        return B * P
+    if isinstance(comp, HexLatticeQuantizer) and comp.dither:
+        return 2 * B * ((P + 1) // 2)
+    return 0
+
+
+def _payload_bytes(comp: Compressor, x: Any) -> int:
+    """Bytes of the payload arrays ``comp.compress(x)`` writes (and decompress reads)."""
+    return sum(int(v.nbytes) for v in comp.compress(x, rng=1).data.values())
+
+
+def floor_seconds(comp: Compressor, x: Any, t_clone: float, t_stream: float, op: str) -> float:
+    """The roofline floor of ``op`` ("c+d" or "rt") on ``x``: bytes at clone speed + the stream.
+
+    ``t_clone`` moves ``2 x.nbytes`` (read and write); ``t_stream`` is one side's dither stream.
+    ``c+d`` moves the input, the payload twice (written, read) and the output and generates the
+    stream on both sides; ``rt`` reads the input, writes the output and draws the stream once.
+    """
+    nbytes = int(x.nbytes)
+    if op == "c+d":
+        moved, sides = 2 * nbytes + 2 * _payload_bytes(comp, x), 2
+    else:
+        moved, sides = 2 * nbytes, 1
+    return t_clone * moved / (2 * nbytes) + sides * t_stream
+
+
 def _compress_decompress(comp: Any, x: Any) -> Any:
     """``decompress(compress(x))`` with the benchmark's dither seed."""
     return comp.decompress(comp.compress(x, rng=1))
@@ -120,7 +169,12 @@ def measure(repeats: int) -> list[dict[str, Any]]:
         "numpy": lambda: a.copy(),
     }
     rows: list[dict[str, Any]] = []
+    scratch = np.empty(2 * SHAPE[0] * SHAPE[1] + 2, dtype=np.uint32)
     for name, comp, target in _cases():
+        words = _stream_words(comp, SHAPE)
+        t_stream = 0.0
+        if words:
+            t_stream, _, _, _ = median_times(partial(_stream, words, scratch), clones["numpy"])
         for backend, x in inputs.items():
             ops: dict[str, Callable[[], object]] = {
                 "c+d": partial(_compress_decompress, comp, x),
@@ -138,6 +192,7 @@ def measure(repeats: int) -> list[dict[str, Any]]:
                         "clone_ms": 1e3 * t_clone,
                         "wall": t / t_clone,
                         "cpu": c / c_clone if c_clone > 0 else float("nan"),
+                        "roofline": floor_seconds(comp, x, t_clone, t_stream, label) / t,
                     }
                 )
     return rows
@@ -190,6 +245,17 @@ def main(argv: list[str] | None = None) -> int:
                 text = f"{r['wall']:6.2f} /{r['cpu']:6.2f} {v:>4} {r['ms']:5.2f}ms"
             line += f" | {text:<{cell}}"
         print(line)
+    print()
+    print("roofline fraction = floor / time (1: at the floor; floor = bytes moved at clone speed")
+    print("+ the dither stream), compress+decompress")
+    print(f"{'compressor':<22} {'backend':<7}" + "".join(f" | {p:<8}" for p in PATHS))
+    for i, row in enumerate(some):
+        if row["op"] != "c+d":
+            continue
+        cells = [
+            f"{results[p][i]['roofline']:8.2f}" if p in results else f"{'-':<8}" for p in PATHS
+        ]
+        print(f"{row['name']:<22} {row['backend']:<7}" + "".join(f" | {c}" for c in cells))
     lacking = [p for p in TARGETED if p not in results]
     print(
         f"{misses} compress+decompress target(s) missed on the measured paths"
