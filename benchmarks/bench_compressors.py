@@ -24,13 +24,14 @@ as an AVX2-only machine would: numpy, OpenBLAS and torch are kept off their AVX-
 CPU lacks is ``not measurable here``; ``portable`` has no target.
 
 Below the ratios, a **roofline fraction** per case: a floor measured in the same run divided by
-the kernel's time (1 = at the floor). The floor is the work no implementation can skip: the bytes
-it must move (the input read and the output written, the payload written and read back: at the
-speed the same run measured for ``clone``) plus the dither stream it must generate (the scalar
+the kernel's time (1 = at the floor). The floor is the work this message layout cannot skip: the
+bytes it must move (the input read and the output written, the payload arrays in their in-memory
+layout written and read back: at the speed the same run measured for ``clone``) plus the dither stream it must generate (the scalar
 quantizer one 32-bit word per entry, the hexagonal one two per pair, on each side;
 ``_kernels.dither_words``, its stores included). A ratio to ``clone`` swings between CPUs
 (cache sizes, memory bandwidth); the fraction says how much of the kernel's time is above what
-the machine must spend anyway.
+the machine must spend anyway. Identity has no row: its message and output share the input's
+memory, so it moves nothing the floor could count.
 
 Run ``PYTHONPATH=/path/to/other/checkout python benchmarks/bench_compressors.py`` to measure
 another version of the package under the same conditions (before/after comparisons).
@@ -174,7 +175,9 @@ def measure(repeats: int) -> list[dict[str, Any]]:
         words = _stream_words(comp, SHAPE)
         t_stream = 0.0
         if words:
-            t_stream, _, _, _ = median_times(partial(_stream, words, scratch), clones["numpy"])
+            t_stream, _, _, _ = median_times(
+                partial(_stream, words, scratch), clones["numpy"], repeats
+            )
         for backend, x in inputs.items():
             ops: dict[str, Callable[[], object]] = {
                 "c+d": partial(_compress_decompress, comp, x),
@@ -250,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     print("+ the dither stream), compress+decompress")
     print(f"{'compressor':<22} {'backend':<7}" + "".join(f" | {p:<8}" for p in PATHS))
     for i, row in enumerate(some):
-        if row["op"] != "c+d":
+        if row["op"] != "c+d" or row["name"].startswith("identity"):
             continue
         cells = [
             f"{results[p][i]['roofline']:8.2f}" if p in results else f"{'-':<8}" for p in PATHS

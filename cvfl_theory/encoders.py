@@ -126,7 +126,10 @@ class Encoder(ABC):
     ) -> np.ndarray:
         """Draw node ``i``'s support from ``gen``, its seed's node generator.
 
-        ``gen`` is in the state :func:`~cvfl_theory.sampling.node_generator` starts from.
+        ``gen`` is in the state :func:`~cvfl_theory.sampling.node_generator` starts from. It
+        is valid during this call only (it is re-seeded for the next node): draw from it, never
+        keep it, and do not use its ``seed_seq`` or ``spawn`` (only the bit stream is the
+        seed's).
         """
 
     @abstractmethod

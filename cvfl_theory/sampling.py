@@ -46,7 +46,9 @@ def node_generators(seeds: Iterable[int]) -> Iterator[np.random.Generator]:
     """For each seed in turn, a generator in the state :func:`node_generator` starts from.
 
     It is one generator, re-seeded at every step: use it before taking the next (a caller that
-    keeps it past that step sees the next seed's stream). The state of ``numpy.random.SFC64(seed)``
+    keeps it past that step sees the next seed's stream). Only its bit stream is the seed's:
+    its ``bit_generator.seed_seq`` (and so ``spawn``) is not. Each seed is checked as it is
+    reached. The state of ``numpy.random.SFC64(seed)``
     comes from the compiled ``_kernels.sfc64_state``, numpy's seeding arithmetic in C
     (``tests/test_sampling.py`` compares them across the seed range). Each seed is an integer in
     ``[0, 2**64 - 1]``.
@@ -58,8 +60,9 @@ def node_generators(seeds: Iterable[int]) -> Iterator[np.random.Generator]:
             seed = check_int_in_range(seed, "seed", 0, 2**64 - 1)
         try:
             words = _kernels.sfc64_state(seed)
-        except (OverflowError, TypeError):
-            raise ValueError(f"seed must be an integer in [0, 2**64 - 1], got {seed!r}") from None
+        except OverflowError:  # the same message as node_generator's
+            check_int_in_range(seed, "seed", 0, 2**64 - 1)
+            raise
         bit_generator.state = {
             "bit_generator": "SFC64",
             "state": {"state": words},  # type: ignore[typeddict-item]  # any 4 ints
@@ -70,7 +73,16 @@ def node_generators(seeds: Iterable[int]) -> Iterator[np.random.Generator]:
 
 
 def _generator(seed: int | np.random.Generator) -> np.random.Generator:
-    return seed if isinstance(seed, np.random.Generator) else node_generator(seed)
+    """The node's generator: from its seed, or as given (an SFC64 one, as node_generators')."""
+    if not isinstance(seed, np.random.Generator):
+        return node_generator(seed)
+    if not isinstance(seed.bit_generator, np.random.SFC64):
+        # a receiver regenerates supports from a seed with SFC64: any other stream is not one
+        raise TypeError(
+            "seed must be an integer or an SFC64 Generator from node_generators, got a "
+            f"Generator over {type(seed.bit_generator).__name__}"
+        )
+    return seed
 
 
 def bernoulli_support(seed: int | np.random.Generator, p: float, d: int) -> np.ndarray:

@@ -224,7 +224,9 @@ def load_check(name: str) -> Callable[[], CheckResult]:
         raise ValueError(f"no proofs check named {name!r}; the checks are {check_names()}")
     fn = getattr(importlib.import_module(f"proofs_checks.{name}"), "check", None)
     if not callable(fn):
-        raise TypeError(f"proofs_checks.{name} has no check() function")
+        raise TypeError(
+            f"proofs_checks.{name} has no check() function (a helper module's name starts with '_')"
+        )
     return fn
 
 
@@ -235,4 +237,4 @@ def all_checks() -> list[tuple[str, Callable[[], CheckResult]]]:
 
 def run_all(prefix: str = "") -> list[CheckResult]:
     """Run every check whose module name starts with ``prefix`` (e.g. ``"k"`` or ``"c5"``)."""
-    return [fn() for name, fn in all_checks() if name.startswith(prefix)]
+    return [load_check(name)() for name in check_names() if name.startswith(prefix)]

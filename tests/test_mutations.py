@@ -74,7 +74,7 @@ def encoder_095p(mp: pytest.MonkeyPatch) -> None:
 def k_subset_biased(mp: pytest.MonkeyPatch) -> None:
     """The k-subset sampler favours index 0 (weight 1.5 against 1)."""
 
-    def biased(seed: int, k: int, d: int) -> np.ndarray:
+    def biased(seed: np.random.Generator, k: int, d: int) -> np.ndarray:
         w = np.ones(d)
         w[0] = 1.5
         pick = np.random.default_rng(seed).choice(d, size=k, replace=False, p=w / w.sum())

@@ -64,3 +64,9 @@ def test_supports_from_a_generator_equal_supports_from_the_seed():
 def test_bad_seeds_are_refused_naming_the_seed(bad):
     with pytest.raises((ValueError, TypeError), match="seed"):
         next(node_generators([bad]))
+
+
+def test_a_generator_that_is_not_sfc64_is_refused():
+    # a receiver regenerates the support from the seed with SFC64: a PCG64 stream is not one
+    with pytest.raises(TypeError, match="SFC64"):
+        bernoulli_support(np.random.default_rng(7), 0.3, 50)

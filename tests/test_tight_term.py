@@ -247,10 +247,30 @@ class _ScaledLinear(nn.Linear):
         return 3.0 * super().forward(z)
 
 
-@pytest.mark.parametrize("head", [_SquashedHead, lambda: _ScaledLinear(8, 3).double()])
+def _hooked_linear() -> nn.Module:
+    head = nn.Linear(8, 3).double()
+    head.register_forward_hook(lambda m, i, o: 3.0 * o)
+    return head
+
+
+def _weight_normed_linear() -> nn.Module:
+    # still of type nn.Linear, but its parameters are weight_g, weight_v and bias
+    with pytest.warns(FutureWarning):
+        return torch.nn.utils.weight_norm(nn.Linear(8, 3).double())
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        _SquashedHead,
+        lambda: _ScaledLinear(8, 3).double(),
+        _hooked_linear,
+        _weight_normed_linear,
+    ],
+)
 def test_a_head_that_only_looks_linear_gets_no_remainder_bound(head):
     # the remainder's constants are those of a linear softmax head: a module holding an
-    # nn.Linear, or a subclass of one, may compute something else, so it is refused
+    # nn.Linear, a subclass, a hooked or reparametrised one may compute something else
     parties, _, xs, y = _ce_setup(2, 1.0)
     with pytest.raises(ValueError, match="linear server head"):
         tt.tight_lemma1_bound(parties, head(), xs, y, [0.1, 0.1])

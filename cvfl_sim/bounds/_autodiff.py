@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -151,15 +151,39 @@ def embedding_hessian_blocks(
 def plain_linear(module: nn.Module, wrapper: type) -> nn.Linear | None:
     """The ``nn.Linear`` that ``module`` is, or that exactly a ``wrapper`` holds as its ``net``.
 
-    ``wrapper`` is one of the toolkit's modules (``LinearHead``, ``MLPEmbedding``). Only these types: a subclass or a custom module could apply a function in its ``forward``
-    that its parameters do not show, and then only autograd knows its derivatives.
+    ``wrapper`` is one of the toolkit's modules (``LinearHead``, ``MLPEmbedding``). Only these
+    types, with the parameters ``weight`` and ``bias`` (or ``weight`` alone) and no hooks but
+    the toolkit's own recording ones (they only observe the output): a
+    subclass, a custom module, a forward hook or a reparametrisation (``weight_norm``) could
+    compute something its parameters do not show, and then only autograd knows its derivatives.
     """
-    if type(module) is nn.Linear:
-        return module
     inner = getattr(module, "net", None)
-    if type(module) is wrapper and type(inner) is nn.Linear:
-        return inner
-    return None
+    holders: list[nn.Module]
+    if type(module) is nn.Linear:
+        layer, holders = cast(nn.Linear, module), [module]
+    elif type(module) is wrapper and type(inner) is nn.Linear:
+        layer = cast(nn.Linear, inner)
+        holders = [module, layer]
+    else:
+        return None
+    if [n for n, _ in layer.named_parameters()] not in (["weight", "bias"], ["weight"]):
+        return None
+    if len(list(module.parameters())) != len(list(layer.parameters())):
+        return None
+    from torch.nn.modules import module as torch_module
+
+    hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    registered = [fn for h in holders for name in hooks for fn in getattr(h, name, {}).values()]
+    # torch.nn.modules.module.register_module_forward_hook and the like
+    registered += [fn for name in hooks for fn in getattr(torch_module, f"_global{name}").values()]
+    if not all(_observing(fn) for fn in registered):
+        return None
+    return layer
+
+
+def _observing(hook: Any) -> bool:
+    """Whether ``hook`` is one of the toolkit's recording hooks (they return None: observe only)."""
+    return str(getattr(hook, "__module__", "")).startswith("cvfl_sim.")
 
 
 def _linear_head_blocks(

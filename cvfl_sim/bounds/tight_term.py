@@ -645,8 +645,9 @@ def tight_lemma1_bound(
         Per-sample loss ``loss(logits, y)`` of ``(1, K)`` logits and ``(1,)`` labels in place
         of cross entropy (first-order term only: needs ``remainder=False``).
     remainder : bool
-        Bound the Taylor remainder (needs a linear head: ``nn.Linear`` or a module whose
-        ``net`` is one). ``False`` returns the first-order term only (``rigorous=False``).
+        Bound the Taylor remainder (needs a linear head: exactly an ``nn.Linear`` with bias, or
+        the toolkit's ``LinearHead``, without hooks). ``False`` returns the first-order term
+        only (``rigorous=False``).
 
     Returns
     -------
@@ -681,7 +682,7 @@ def tight_lemma1_bound(
     if remainder and head is None:
         raise ValueError(
             "remainder=True needs a linear server head (an nn.Linear with bias, or the toolkit's "
-            f"LinearHead); got {type(server).__name__}: pass remainder=False for the first-order "
+            f"LinearHead, without hooks); got {type(server).__name__}: pass remainder=False for the first-order "
             "term only (not a bound)"
         )
     d = _derivatives(parties, server, inputs, y, loss)
@@ -814,7 +815,8 @@ def realised_lemma1_bound(
     head = _linear_head(server)
     if head is None:
         raise ValueError(
-            f"realised_lemma1_bound needs a linear server head, got {type(server).__name__}"
+            "realised_lemma1_bound needs a linear server head (an nn.Linear with bias, or the "
+            f"toolkit's LinearHead, without hooks); got {type(server).__name__}"
         )
     d = _derivatives(parties, server, inputs, y)
     if not isinstance(errors, Sequence) or len(errors) != M:

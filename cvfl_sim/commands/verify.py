@@ -79,7 +79,7 @@ _SLOW_FIRST = {
     )
 }
 """The proofs checks that train models or solve SDPs, longest first (as measured): started first
-so that the two workers end together. The order changes the wall time only, not the results."""
+so that the workers end together. The order changes the wall time only, not the results."""
 
 
 def _wrapped(text: str, indent: int) -> str:
@@ -148,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
     jobs = (os.cpu_count() or 1) if args.jobs is None else args.jobs
     prefix = args.checks if args.checks is not None else ("" if args.data is None else None)
     checks = [] if prefix is None else [n for n in check_names() if n.startswith(prefix)]
+    if prefix and not checks:
+        labels = ", ".join(dict.fromkeys(n.split("_")[0] for n in check_names()))
+        raise ValueError(f"--checks {prefix!r} matches no proofs check (labels: {labels})")
     runs = suite_runs(args.seed, datasets)
     # the longest checks first, then the others, then the suite: the workers finish together
     order = sorted(range(len(checks)), key=lambda i: _SLOW_FIRST.get(checks[i], len(_SLOW_FIRST)))

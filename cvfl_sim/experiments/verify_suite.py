@@ -76,8 +76,9 @@ def run_task(task: tuple[Any, ...], trials: int) -> tuple[Any, ...]:
     """One unit of ``cvfl verify``, as a worker process runs it.
 
     ``("run", i, name, X, encoder, seed)`` gives ``("run", i, name, VerifyResult)``;
-    ``("check", i, module name)`` runs that proofs check (imported in the worker) and gives ``("check", i, CheckResult, what it printed)``: a check's own lines
-    are notes, never this process's stdout.
+    ``("check", i, module name)`` runs that proofs check (imported in the worker) and gives
+    ``("check", i, CheckResult, what it printed)``: a check's own lines are notes, never this
+    process's stdout. A check that cannot be imported or raises is named in the error.
     """
     if task[0] == "run":
         _, i, name, X, encoder, seed = task
@@ -88,10 +89,13 @@ def run_task(task: tuple[Any, ...], trials: int) -> tuple[Any, ...]:
     from proofs_checks import load_check
 
     _, i, name = task
-    check = load_check(name)  # imported here: the process that lists the checks never does
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        result = check()
+    try:
+        check = load_check(name)  # imported here: the process that lists the checks never does
+        with contextlib.redirect_stdout(printed):
+            result = check()
+    except Exception as e:
+        raise RuntimeError(f"proofs check {name}: {type(e).__name__}: {e}") from e
     return ("check", i, result, printed.getvalue())
 
 
