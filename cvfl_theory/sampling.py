@@ -47,11 +47,10 @@ def node_generators(seeds: Iterable[int]) -> Iterator[np.random.Generator]:
 
     It is one generator, re-seeded at every step: use it before taking the next (a caller that
     keeps it past that step sees the next seed's stream). Only its bit stream is the seed's:
-    its ``bit_generator.seed_seq`` (and so ``spawn``) is not. Each seed is checked as it is
-    reached. The state of ``numpy.random.SFC64(seed)``
-    comes from the compiled ``_kernels.sfc64_state``, numpy's seeding arithmetic in C
-    (``tests/test_sampling.py`` compares them across the seed range). Each seed is an integer in
-    ``[0, 2**64 - 1]``.
+    its ``bit_generator.seed_seq`` (and so ``spawn``) is not. The state of
+    ``numpy.random.SFC64(seed)`` comes from the compiled ``_kernels.sfc64_state``, numpy's
+    seeding arithmetic in C (``tests/test_sampling.py`` compares them across the seed range).
+    Each seed is an integer in ``[0, 2**64 - 1]``, checked as it is reached.
     """
     bit_generator = np.random.SFC64(0)
     gen = np.random.Generator(bit_generator)
