@@ -167,6 +167,36 @@ def test_certified_smoothness_bounds_the_hessian_on_every_segment(ds):
     assert worst > 0.02  # the bound is not vacuous: within a factor 50 of the true curvature
 
 
+@pytest.mark.parametrize("power_iters", [4, 40])
+def test_the_mlp_smoothness_estimate_is_a_hessian_norm_from_below(ds, power_iters):
+    """Power iteration (warm-started, stopping once settled) is ||H v|| for a unit v: never above
+    the exact ||H||_2 at its point, so an estimated segment value never exceeds the larger of the
+    two ends' exact norms. A wrong Hessian (a batch's instead of the full data's, a missing
+    normalisation, a stale point) breaks that; with enough iterations it also reaches the norm."""
+    cfg = _cfg("scalar", 2, Q=2, lr=0.2, model="mlp")
+    rec = _Record()
+    probe = TrajectoryProbe(ds, cfg, progress=False, power_iters=power_iters)
+    res = train(ds, cfg, probe=probes(rec, probe))
+    probe.certificate(res)
+    loss = _loss_fn(res, ds)
+    X = [torch.as_tensor(p, dtype=F64) for p in ds.train_parts]
+    y = torch.as_tensor(ds.y_train)
+    thetas = [r[3] for r in rec.rows]
+    exact = [
+        float(
+            torch.linalg.eigvalsh(torch.autograd.functional.hessian(lambda t: loss(t, X, y), th))
+            .abs()
+            .max()
+        )
+        for th in thetas
+    ]
+    # segments[t] joins the recorded points t and t + 1 (the last one, to the run end, is left out)
+    ratios = [L / max(a, b) for L, a, b in zip(probe.segments, exact[:-1], exact[1:])]
+    assert max(ratios) <= 1.0 + 1e-9
+    if power_iters == 40:
+        assert min(ratios) > 0.5  # converged: not a vanishing under-estimate
+
+
 def test_the_smoothness_bound_needs_both_of_its_branches(ds):
     """With the head scaled up, max ||Z~||^2 / N alone is below the true curvature: the
     ||A||^2 lambda_X branch of the bound is needed (a bound without it would fail here)."""
