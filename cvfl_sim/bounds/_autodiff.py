@@ -153,9 +153,9 @@ def plain_linear(module: nn.Module, wrapper: type) -> nn.Linear | None:
 
     ``wrapper`` is one of the toolkit's modules (``LinearHead``, ``MLPEmbedding``). Only these
     types, with the parameters ``weight`` and ``bias`` (or ``weight`` alone) and no hooks but
-    the toolkit's own recording ones (they only observe the output): a
-    subclass, a custom module, a forward hook or a reparametrisation (``weight_norm``) could
-    compute something its parameters do not show, and then only autograd knows its derivatives.
+    the toolkit's own recording ones (they only observe the output): a subclass, a custom
+    module, a forward hook or a reparametrisation (``weight_norm``) could compute something
+    its parameters do not show, and then only autograd knows its derivatives.
     """
     inner = getattr(module, "net", None)
     holders: list[nn.Module]
