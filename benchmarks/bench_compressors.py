@@ -26,12 +26,12 @@ CPU lacks is ``not measurable here``; ``portable`` has no target.
 Below the ratios, a **roofline fraction** per case: a floor measured in the same run divided by
 the kernel's time (1 = at the floor). The floor is the work this message layout cannot skip: the
 bytes it must move (the input read and the output written, the payload arrays in their in-memory
-layout written and read back: at the speed the same run measured for ``clone``) plus the dither stream it must generate (the scalar
-quantizer one 32-bit word per entry, the hexagonal one two per pair, on each side;
-``_kernels.dither_words``, its stores included). A ratio to ``clone`` swings between CPUs
-(cache sizes, memory bandwidth); the fraction says how much of the kernel's time is above what
-the machine must spend anyway. Identity has no row: its message and output share the input's
-memory, so it moves nothing the floor could count.
+layout written and read back: at the speed the same run measured for ``clone``) plus the dither
+stream it must generate (the scalar quantizer one 32-bit word per entry, the hexagonal one two
+per pair, on each side; ``_kernels.dither_words``, its stores included). A ratio to ``clone``
+swings between CPUs (cache sizes, memory bandwidth); the fraction says how much of the kernel's
+time is above what the machine must spend anyway. Identity has no row: its message and output
+share the input's memory, so it moves nothing the floor could count.
 
 Run ``PYTHONPATH=/path/to/other/checkout python benchmarks/bench_compressors.py`` to measure
 another version of the package under the same conditions (before/after comparisons).
