@@ -50,7 +50,7 @@ import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -139,13 +139,19 @@ class _DataConstants:
         return cls(lam, math.sqrt(2.0) * float(r.sum()) / N)
 
 
-def _point_value(Z: torch.Tensor, A: torch.Tensor, lam_x: float) -> float:
-    r""":math:`\max(\|\tilde Z\|_2^2/N, \|A\|_2^2\lambda_X)` at one point (C3.1 bound, analytic)."""
-    Z, A = Z.detach(), A.detach()
+def _point_value(Z: Any, A: Any, lam_x: float) -> float:
+    r""":math:`\max(\|\tilde Z\|_2^2/N, \|A\|_2^2\lambda_X)` at one point (C3.1 bound, analytic).
+
+    ``Z`` (the full-data embeddings, ``(N, P)``) and ``A`` (the head's weights) are arrays or
+    CPU tensors, taken in float64.
+    """
+    Z, A = (
+        np.asarray(t.detach() if isinstance(t, torch.Tensor) else t, np.float64) for t in (Z, A)
+    )
     N = Z.shape[0]
-    Zt = torch.cat([Z, torch.ones(N, 1, dtype=Z.dtype)], dim=1)
-    z2 = float(torch.linalg.eigvalsh(Zt.T @ Zt)[-1]) / N
-    a2 = float(torch.linalg.matrix_norm(A, ord=2)) ** 2
+    Zt = np.vstack([Z.T, np.ones(N)])
+    z2 = float(np.linalg.eigvalsh(Zt @ Zt.T)[-1]) / N
+    a2 = float(np.linalg.norm(A, 2)) ** 2
     return max(z2, a2 * lam_x)
 
 
@@ -175,6 +181,12 @@ def segment_smoothness(end_values: Sequence[float], data: Any) -> float:
     return (1.0 + _FLOAT_MARGIN) * (max(end_values) + float(data.bilinear))
 
 
+def _flat_float64(models: Sequence[nn.Module]) -> np.ndarray:
+    """Every parameter of ``models``, in order, as one float64 vector (a copy)."""
+    flat = torch.cat([q.detach().reshape(-1) for n in models for q in n.parameters()])
+    return flat.to(torch.float64).numpy()
+
+
 # ---------------------------------------------------------------------------------------------
 # the probe
 # ---------------------------------------------------------------------------------------------
@@ -182,9 +194,9 @@ def segment_smoothness(end_values: Sequence[float], data: Any) -> float:
 class _Step:
     """What a local step leaves for the next probe call (which knows its displacement)."""
 
-    theta: torch.Tensor
+    theta: np.ndarray
     eta: float
-    grad_batch: torch.Tensor
+    grad_batch: np.ndarray
     end_value: float
 
 
@@ -264,11 +276,12 @@ class TrajectoryProbe:
         self._head: nn.Linear | None = None
         self._data: _DataConstants | None = None
         self._prev: _Step | None = None
-        self._round: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (r, grad F0, s0)
+        self._round: tuple[int, np.ndarray, np.ndarray] | None = None  # (r, grad F0, s0)
         self._F0: float | None = None
         self._power_vec: torch.Tensor | None = None
         self._finished = False
         self._pending: tuple[_Step, float, float] | None = None
+        self._layers: list[tuple[np.ndarray, np.ndarray | None]] = []
 
     # -------------------------------------------------------------------- the float64 models
     def _setup(self, parties: Sequence[nn.Module], server: nn.Module) -> None:
@@ -280,9 +293,12 @@ class TrajectoryProbe:
         self._models = (ps, sv)
         self._params = [q for net in [*ps, sv] for q in net.parameters()]
         self._sizes = [q.numel() for q in self._params]
+        self._shapes = [tuple(q.shape) for q in self._params]
         self._head = _linear_head(ps, sv)
         if self._head is not None:
             self._data = _DataConstants.of(self.dataset.train_parts)
+            self._XT = [np.ascontiguousarray(x.numpy().T) for x in self.X]
+            self._yn = self.y.numpy()
 
     @property
     def segments(self) -> list[float]:
@@ -294,9 +310,19 @@ class TrajectoryProbe:
         """Whether the smoothness is proved (the analytic model) rather than estimated."""
         return self._head is not None
 
-    def _load(self, theta: torch.Tensor) -> None:
+    def _load(self, theta: np.ndarray) -> None:
+        """Point the analytic model's layers at ``theta``, or load it into the float64 models."""
+        if self._head is not None:
+            views = np.split(theta, np.cumsum(self._sizes)[:-1])
+            self._layers = []
+            for v, shape in zip(views, self._shapes):
+                if len(shape) == 2:  # a weight; its bias (if any) follows it (plain_linear)
+                    self._layers.append((v.reshape(shape), None))
+                else:
+                    self._layers[-1] = (self._layers[-1][0], v)
+            return
         with torch.no_grad():
-            for q, v in zip(self._params, theta.split(self._sizes)):
+            for q, v in zip(self._params, torch.from_numpy(theta).split(self._sizes)):
                 q.copy_(v.reshape(q.shape))
 
     def _loss(self, X: Sequence[torch.Tensor], y: torch.Tensor) -> tuple[torch.Tensor, Any]:
@@ -305,15 +331,29 @@ class TrajectoryProbe:
         Z = torch.cat([p(x) for p, x in zip(parties, X)], dim=1)
         return nn.functional.cross_entropy(server(Z), y), Z
 
-    def _grad(self, X: Sequence[torch.Tensor], y: torch.Tensor, graph: bool = False) -> Any:
-        if self._head is not None and not graph:
-            return self._analytic_grad(X, y)
-        loss, Z = self._loss(X, y)
-        g = torch.autograd.grad(loss, self._params, create_graph=graph)
-        return float(loss.detach()), g, Z
+    def _full_point(self) -> tuple[float, np.ndarray, float]:
+        """Loss, gradient (flat) and smoothness value of the full data at the loaded point."""
+        if self._head is not None:
+            assert self._data is not None
+            F, g, Z = self._analytic_grad(self._XT, self._yn)
+            value = _point_value(Z, self._layers[-1][0], self._data.lam_x)
+            return F, np.concatenate([x.reshape(-1) for x in g]), value
+        loss, Z = self._loss(self.X, self.y)
+        g = torch.autograd.grad(loss, self._params, create_graph=True)
+        value = self._end_value(g)
+        return float(loss.detach()), torch.cat([x.detach().reshape(-1) for x in g]).numpy(), value
 
-    def _analytic_grad(self, X: Sequence[torch.Tensor], y: torch.Tensor) -> Any:
-        r"""Loss, gradient and embeddings of the analytic model in closed form (no autograd).
+    def _batch_grad(self, x: Sequence[torch.Tensor], y: torch.Tensor) -> np.ndarray:
+        """The batch gradient (flat) at the loaded point and the fresh embeddings."""
+        if self._head is not None:
+            xb = [np.asarray(t.detach(), dtype=np.float64).T for t in x]
+            g = self._analytic_grad(xb, np.asarray(y))[1]
+            return np.concatenate([q.reshape(-1) for q in g])
+        loss, _ = self._loss([t.detach().to(torch.float64) for t in x], y)
+        return torch.cat([q.reshape(-1) for q in torch.autograd.grad(loss, self._params)]).numpy()
+
+    def _analytic_grad(self, XT: Sequence[np.ndarray], y: np.ndarray) -> Any:
+        r"""Loss, gradient and embeddings of the analytic model in closed form (numpy, float64).
 
         With :math:`Z_m = X_m W_m^\top + b_m`, logits :math:`U = Z A^\top + c`, softmax
         :math:`P` and one-hot labels :math:`Y`, the mean cross-entropy has
@@ -321,42 +361,44 @@ class TrajectoryProbe:
         :math:`\nabla_c F = D^\top\mathbf 1`, and with :math:`G_m = D A_m` (``A_m`` the head's
         columns of block ``m``) :math:`\nabla_{W_m} F = G_m^\top X_m`,
         :math:`\nabla_{b_m} F = G_m^\top\mathbf 1`: the gradient autograd gives, in the order
-        of the models' parameters, at half its cost on these small models. Everything is
-        computed transposed (samples along the columns), where torch's softmax is fastest.
+        of the models' parameters (``tests/test_certificate.py`` compares them), without torch's
+        per-operation cost on these small matrices. The point is the one :meth:`_load` set.
+        ``XT`` holds the parties' inputs transposed, ``(D_m, N)``: with the samples along the
+        columns every reduction runs over contiguous rows.
         """
-        assert self._models is not None and self._head is not None
-        layers = [cast(nn.Linear, getattr(p, "net", p)) for p in self._models[0]]
-        head = self._head
+        *party, (A, c) = self._layers
+        ZT = np.concatenate(
+            [W @ xt if b is None else W @ xt + b[:, None] for xt, (W, b) in zip(XT, party)]
+        )
+        UT = A @ ZT if c is None else A @ ZT + c[:, None]
+        UT -= UT.max(axis=0)
+        E = np.exp(UT)
+        total = E.sum(axis=0)
+        N = ZT.shape[1]
+        cols = np.arange(N)
+        loss = float(np.mean(np.log(total) - UT[y, cols]))
+        D = E / total
+        D[y, cols] -= 1.0
+        D /= N
+        G = A.T @ D
+        grads: list[np.ndarray] = []
+        off = 0
+        for xt, (W, b) in zip(XT, party):
+            g = G[off : off + W.shape[0]]
+            off += W.shape[0]
+            grads.append(g @ xt.T)
+            if b is not None:
+                grads.append(g.sum(axis=1))
+        grads.append(D @ ZT.T)
+        if c is not None:
+            grads.append(D.sum(axis=1))
+        return loss, grads, ZT.T
 
-        def affine(layer: nn.Linear, XT: torch.Tensor) -> torch.Tensor:  # (W X^T + b)
-            out = layer.weight @ XT
-            return out if layer.bias is None else out.add_(layer.bias[:, None])
+    def _end_value(self, g: Sequence[torch.Tensor]) -> float:
+        """A non-analytic model's smoothness estimate at one end (power iteration on the Hessian).
 
-        with torch.no_grad():
-            ZT = torch.cat([affine(lay, x.T) for x, lay in zip(X, layers)], dim=0)
-            logp = affine(head, ZT).log_softmax(0)
-            N = ZT.shape[1]
-            cols = torch.arange(N)
-            loss = -logp[y, cols].mean()
-            D = logp.exp_()
-            D[y, cols] -= 1.0
-            D /= N
-            G = head.weight.T @ D
-            grads: list[torch.Tensor] = []
-            for x, lay, g in zip(X, layers, G.split([int(lay.out_features) for lay in layers])):
-                grads.append(g @ x)
-                if lay.bias is not None:
-                    grads.append(g.sum(1))
-            grads.append(D @ ZT.T)
-            if head.bias is not None:
-                grads.append(D.sum(1))
-        return float(loss), grads, ZT.T
-
-    def _end_value(self, Z: torch.Tensor, g: Sequence[torch.Tensor]) -> float:
-        """The smoothness value of one end: certified (analytic) or a Hessian estimate."""
-        if self._head is not None:
-            assert self._data is not None
-            return _point_value(Z.detach(), self._head.weight.detach(), self._data.lam_x)
+        ``g`` is the full-data gradient with its graph.
+        """
         flat = torch.cat([x.reshape(-1) for x in g])
         v = self._power_vec
         if v is None:
@@ -404,24 +446,14 @@ class TrajectoryProbe:
                 "trajectory certificate",
                 "step",
             )
-        theta = torch.cat(
-            [
-                q.detach().reshape(-1).to(torch.float64)
-                for n in [*parties, server]
-                for q in n.parameters()
-            ]
-        )
+        theta = _flat_float64([*parties, server])
         self._close_step(theta)
         self._load(theta)
-        estimate = self._head is None
-        F, gF, Z = self._grad(self.X, self.y, graph=estimate)
-        value = self._end_value(Z, gF)
+        F, gF, value = self._full_point()
         self._segment(value)
-        gF = torch.cat([g.detach().reshape(-1) for g in gF])
         if self._F0 is None:
             self._F0 = F
-        _, gB, _ = self._grad([xb.to(torch.float64) for xb in x], y)
-        gB = torch.cat([g.reshape(-1) for g in gB])
+        gB = self._batch_grad(x, y)
         s = gB - gF
         if step == 0 or self._round is None or self._round[0] != round_index:
             self._round = (round_index, gF, s)
@@ -431,14 +463,14 @@ class TrajectoryProbe:
         S.eta += eta
         S.observed += eta * float(gF @ gF)
         S.reuse_sq += eta * float((s - s0) @ (s - s0))
-        S.reuse_cross += eta * float((gF - gF0).norm()) * float(s0.norm())
+        S.reuse_cross += eta * float(np.linalg.norm(gF - gF0)) * float(np.linalg.norm(s0))
         S.sampling -= eta * float(gF0 @ s0)
         S.steps += 1
         self._prev = _Step(theta, eta, gB, value)
         self.seconds += time.perf_counter() - tick
         self._bar.update(1)
 
-    def _close_step(self, theta_next: torch.Tensor) -> None:
+    def _close_step(self, theta_next: np.ndarray) -> None:
         """Finish the previous step now that its end point is known."""
         prev = self._prev
         if prev is None:
@@ -475,17 +507,11 @@ class TrajectoryProbe:
                 "backend='inprocess'"
             )
         parties, server = run.models["parties"], run.models["server"]
-        theta = torch.cat(
-            [
-                q.detach().reshape(-1).to(torch.float64)
-                for n in [*parties, server]
-                for q in n.parameters()
-            ]
-        )
+        theta = _flat_float64([*parties, server])
         self._close_step(theta)
         self._load(theta)
-        FT, gT, Z = self._grad(self.X, self.y, graph=self._head is None)
-        self._segment(self._end_value(Z, gT))
+        FT, _, value = self._full_point()
+        self._segment(value)
         self._finished = True
         self._bar.close()
         assert self._F0 is not None
