@@ -81,6 +81,17 @@ _SLOW_FIRST = {
 """The proofs checks that train models or solve SDPs, longest first (as measured): started first
 so that the workers end together. The order changes the wall time only, not the results."""
 
+_ONE_WORKER = ("c4_1_lemma1_measured", "c4_5_tight_term", "c4_5_tight_points")
+"""Checks run one after the other in one worker: each calls :mod:`torch.func`, whose first
+transform imports ``torch._dynamo`` (about 1.5 s of CPU); one worker pays for it, not two."""
+
+
+def _in_turn(tasks: list[tuple[Any, ...]], trials: int) -> list[tuple[Any, ...]]:
+    """Run ``tasks`` one after the other (in one worker) and return their results."""
+    from ..experiments.verify_suite import run_task
+
+    return [run_task(task, trials) for task in tasks]
+
 
 def _wrapped(text: str, indent: int) -> str:
     """``text`` wrapped at the table width (``--wide``: not at all), continuation indented."""
@@ -97,21 +108,24 @@ def _wrapped(text: str, indent: int) -> str:
     )
 
 
-def _results(tasks: list[tuple[Any, ...]], trials: int, jobs: int) -> Iterator[tuple[Any, ...]]:
-    """The results of ``tasks`` as they finish: in this process, or on ``jobs`` workers."""
-    from ..experiments.verify_suite import run_task
+def _results(
+    groups: list[list[tuple[Any, ...]]], trials: int, jobs: int
+) -> Iterator[tuple[Any, ...]]:
+    """The results of every task as they finish: in this process, or on ``jobs`` workers.
 
+    The tasks of one group run in turn on one worker.
+    """
     if jobs <= 1:
-        for task in tasks:
-            yield run_task(task, trials)
+        for group in groups:
+            yield from _in_turn(group, trials)
         return
     from ..experiments.sweep import worker_pool
 
     pool = worker_pool(jobs, threads=1)  # one native thread each: the work is many small ops
-    futures = [pool.submit(run_task, task, trials) for task in tasks]
+    futures = [pool.submit(_in_turn, group, trials) for group in groups]
     try:
         for future in as_completed(futures):
-            yield future.result()  # a worker's error reaches the user with its cause
+            yield from future.result()  # a worker's error reaches the user with its cause
     finally:
         for future in futures:
             future.cancel()
@@ -154,8 +168,13 @@ def run(args: argparse.Namespace) -> int:
     runs = suite_runs(args.seed, datasets)
     # the longest checks first, then the others, then the suite: the workers finish together
     order = sorted(range(len(checks)), key=lambda i: _SLOW_FIRST.get(checks[i], len(_SLOW_FIRST)))
-    tasks: list[tuple[Any, ...]] = [("check", i, checks[i]) for i in order]
-    tasks += [("run", i, *run) for i, run in enumerate(runs)]
+    together: list[tuple[Any, ...]] = [
+        ("check", i, checks[i]) for i in order if checks[i] in _ONE_WORKER
+    ]
+    groups: list[list[tuple[Any, ...]]] = [together] if together else []
+    groups += [[("check", i, checks[i])] for i in order if checks[i] not in _ONE_WORKER]
+    groups += [[("run", i, *run)] for i, run in enumerate(runs)]
+    tasks = [task for group in groups for task in group]
     # With --json, stdout carries the JSON document only; the text report goes to stderr.
     out = sys.stderr if args.json else sys.stdout
     t0 = time.perf_counter()
@@ -163,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     done: dict[tuple[str, int], tuple[Any, ...]] = {}
     shown = False if args.no_progress else None
     with progress_bar(len(tasks), shown, "cvfl verify", unit="check") as bar:
-        for result in _results(tasks, args.trials, min(jobs, len(tasks))):
+        for result in _results(groups, args.trials, min(jobs, len(groups))):
             done[result[0], result[1]] = result
             bar.update(1)
 
