@@ -113,6 +113,7 @@ API_SECTIONS = [
             "cvfl_sim.vfl.vectorised",
             "cvfl_sim.vfl.roles",
             "cvfl_sim.vfl.distributed",
+            "cvfl_sim.vfl.namespaces",
             "cvfl_sim.vfl.transport",
             "cvfl_sim.vfl.steps",
             "cvfl_sim.vfl.evaluate",

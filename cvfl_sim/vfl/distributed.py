@@ -32,7 +32,10 @@ Across machines
     network interface if the default one is wrong). Each process needs only its own feature
     block and the labels; the set-up builds every model from the seed, so all agree. A
     checkpoint path must be on a file system every process can read (the server writes it).
-    Only loopback is tested.
+    Tested on loopback and across hosts simulated on one machine: the server and each party in
+    its own network namespace, ``MASTER_ADDR`` the server's address on a bridge
+    (:mod:`cvfl_sim.vfl.namespaces`, ``tests/test_multihost.py``; root only). Real separate
+    machines are not tested.
 
 Faults
     Every ``torch.distributed`` operation has the ``timeout`` of
