@@ -147,7 +147,9 @@ class NamespaceHosts:
     ) -> subprocess.Popen[bytes]:
         """Start ``argv`` inside host ``k``'s namespace (``env`` added to this process's).
 
-        The process is killed when this one dies, or when the context ends.
+        The process is killed when this one dies, or when the context ends. The kernel's
+        parent-death signal follows the *thread* that starts it: call this from a thread that
+        lives as long as the process should (the main one, say).
         """
         self.address(k)  # range check
         full = {**os.environ, **(env or {})}
