@@ -108,6 +108,7 @@ def no_training(monkeypatch):
         (["compare", "--bits", "0"], ["--bits must be in [1, 32]"]),
         (["compare", "--bits", "40"], ["--bits must be in [1, 32]"]),
         (["compare", "--bits", "3-1"], ["--bits must be a width, a range A-B"]),
+        (["train", "breast-cancer", "--device", "tpu"], ["--device must be 'cpu', 'cuda'"]),
         (["verify", "--trials", "1"], ["--trials must be >= 2"]),
         (["reproduce", "curves", "--seeds", "0"], ["--seeds must be >= 1"]),
         (["reproduce", "curves", "--target-fraction", "nan"], ["--target-fraction"]),

@@ -45,6 +45,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "per role over torch.distributed (gloo) on this machine",
     )
     p.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device of the models and data: cpu (default), cuda or cuda:<i>; needs "
+        "--backend inprocess (CVFLConfig.device)",
+    )
+    p.add_argument(
         "--eval-every", type=int, default=None, help="rounds between evaluations (default: epoch)"
     )
     p.add_argument("--out", default=None, help="save the RunResult to this path (.json)")
@@ -90,12 +96,16 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint is not None:
         check_output_file(args.checkpoint, "--checkpoint")
     source = source_from_args(args)
+    from ..vfl.config import resolve_device
     from ..vfl.threads import check_threads, torch_threads
     from ..vfl.train import train
 
     check_threads(args.threads, "--threads")
+    if resolve_device(args.device, "--device").type != "cpu" and args.backend != "inprocess":
+        raise ValueError(f"--device {args.device} needs --backend inprocess, got {args.backend}")
     cfg = config_from_args(
         args,
+        device=args.device,
         error_feedback=args.error_feedback,
         eval_every=args.eval_every,
         parties_model=args.model or source.party_model,

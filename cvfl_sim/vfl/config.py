@@ -23,7 +23,15 @@ from .data import VerticalDataset
 from .models import build_party_models, build_server_model, count_parameters
 from .schedules import as_step_size
 
-__all__ = ["CVFLConfig", "DTYPES", "RunSetup", "setup_run", "build_models", "is_compressor"]
+__all__ = [
+    "CVFLConfig",
+    "DTYPES",
+    "RunSetup",
+    "setup_run",
+    "build_models",
+    "is_compressor",
+    "resolve_device",
+]
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 """The model and data precisions of :attr:`CVFLConfig.dtype`."""
@@ -79,6 +87,13 @@ class CVFLConfig:
     progress : bool
         A progress bar over the rounds on stderr (a widget in Jupyter), showing the last
         evaluation (loss, metric, bits); ``False`` is silent.
+    device : str
+        The torch device of the models, the data and the training arithmetic: ``"cpu"``
+        (default), ``"cuda"`` or ``"cuda:i"`` (``train``'s ``"inprocess"`` backend; the others
+        and the probes need ``"cpu"``). The models are initialised on the CPU and then moved, so
+        every device starts from the same :math:`\Theta^0`; the compressors' messages, hence the
+        ledger, are computed by the same kernels whatever the device (a GPU tensor is copied to
+        the host and back), but a GPU's model arithmetic differs from the CPU's in the last bits.
     """
 
     Q: int = 1
@@ -96,6 +111,7 @@ class CVFLConfig:
     track_grad_norm: bool = False
     dtype: str = "float32"
     progress: bool = False
+    device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,6 +148,33 @@ def is_compressor(c: Any) -> bool:
     return hasattr(c, "payload_bits") and hasattr(c, "roundtrip")
 
 
+def resolve_device(device: Any, name: str = "device") -> torch.device:
+    """The torch device ``device`` names (``"cpu"``, ``"cuda"``, ``"cuda:i"``), checked usable.
+
+    Raises ``TypeError`` for a non-string and ``ValueError`` for any other device type, a CUDA
+    device when torch sees none, or an index beyond ``torch.cuda.device_count()``.
+    """
+    if not isinstance(device, str):
+        raise TypeError(f"{name} must be a string such as 'cpu' or 'cuda', got {device!r}")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"{name} must be 'cpu', 'cuda' or 'cuda:<i>', got {device!r}") from None
+    if dev.type == "cpu":
+        return torch.device("cpu")
+    if dev.type != "cuda":
+        raise ValueError(f"{name} must be 'cpu', 'cuda' or 'cuda:<i>', got {device!r}")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ValueError(f"{name}={device!r}, but torch sees no CUDA device: use 'cpu'")
+    index = 0 if dev.index is None else dev.index
+    if index >= count:
+        raise ValueError(
+            f"{name}={device!r}: the CUDA device index must be in [0, {count - 1}], got {index}"
+        )
+    return torch.device("cuda", index)
+
+
 def _check_int(v: Any, name: str, lo: int, hi: float = math.inf) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{name} must be an integer, got {v!r}")
@@ -160,6 +203,7 @@ class RunSetup:
     seeds: list[np.random.SeedSequence]  # init, batches, compressors
     total_rounds: int  # R
     eval_every: int  # rounds between evaluations
+    device: torch.device = torch.device("cpu")  # of the models and the data
 
     def evaluates_after(self, r: int) -> bool:
         """Whether the models are evaluated after round ``r`` (every ``eval_every``, and last)."""
@@ -262,8 +306,14 @@ def _check_scale(
         )
 
 
-def setup_run(dataset: VerticalDataset, config: CVFLConfig) -> RunSetup:
-    """Validate everything and build models — before any training (bad input → clear errors)."""
+def setup_run(
+    dataset: VerticalDataset, config: CVFLConfig, cpu_only: str | None = None
+) -> RunSetup:
+    """Validate everything and build models — before any training (bad input → clear errors).
+
+    ``cpu_only`` names a caller that runs on the CPU only (e.g. ``"backend='roles'"``): a
+    ``config.device`` other than the CPU is then refused.
+    """
     if not isinstance(dataset, VerticalDataset):
         raise TypeError(f"dataset must be a VerticalDataset, got {type(dataset).__name__}")
     if not isinstance(config, CVFLConfig):
@@ -288,6 +338,11 @@ def setup_run(dataset: VerticalDataset, config: CVFLConfig) -> RunSetup:
     if config.dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {config.dtype!r}")
     dtype = DTYPES[config.dtype]
+    device = resolve_device(config.device)
+    if cpu_only is not None and device.type != "cpu":
+        raise ValueError(
+            f"device={config.device!r} needs backend='inprocess': {cpu_only} runs on the CPU"
+        )
     lr = as_step_size(config.lr)
     es = config.embedding_size
     if isinstance(es, (list, tuple)):
@@ -350,6 +405,9 @@ def setup_run(dataset: VerticalDataset, config: CVFLConfig) -> RunSetup:
     if count_parameters(server) == 0:
         raise ValueError("server_model must have parameters (theta_0)")
     _check_scale(dataset, parties, server, dtype, config.dtype)
+    # initialised (and checked) on the CPU, then moved: the same Θ^0 on every device
+    parties = [p.to(device) for p in parties]
+    server = server.to(device)
     rpe = math.ceil(dataset.n_train / config.batch_size)
     return RunSetup(
         parties,
@@ -363,6 +421,7 @@ def setup_run(dataset: VerticalDataset, config: CVFLConfig) -> RunSetup:
         seeds,
         total_rounds=rpe * config.epochs,
         eval_every=config.eval_every or rpe,
+        device=device,
     )
 
 

@@ -396,7 +396,8 @@ def train_distributed(
     _check_seconds(delay, "delay", 0.0, float(timeout), high_open=True)
     if start_method not in ("forkserver", "spawn"):
         raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
-    s = setup_run(dataset, config)  # bad input raises here, before any process starts
+    # bad input raises here, before any process starts
+    s = setup_run(dataset, config, cpu_only="backend='distributed'")
     world = dataset.n_parties + 1
     f = None if fault is None else _Fault.check(fault, world, s.total_rounds)
     _check_main_module(start_method)

@@ -44,12 +44,14 @@ def evaluate(
 ) -> dict[str, float | None]:
     r"""Full training loss :math:`F(\Theta)`, test accuracy and F1 of the uncompressed model.
 
-    With ``grad_norm`` also :math:`\|\nabla F(\Theta)\|^2` over all blocks (C4).
+    With ``grad_norm`` also :math:`\|\nabla F(\Theta)\|^2` over all blocks (C4). The data go to
+    the server model's device (:attr:`~cvfl_sim.vfl.config.CVFLConfig.device`).
     """
-    Xtr = [torch.as_tensor(p, dtype=dtype) for p in dataset.train_parts]
-    Xte = [torch.as_tensor(p, dtype=dtype) for p in dataset.test_parts]
-    ytr = torch.as_tensor(dataset.y_train)
     params = [q for m in [*parties, server] for q in m.parameters()]
+    dev = params[-1].device  # the server's (it has parameters: checked by setup_run)
+    Xtr = [torch.as_tensor(p, dtype=dtype, device=dev) for p in dataset.train_parts]
+    Xte = [torch.as_tensor(p, dtype=dtype, device=dev) for p in dataset.test_parts]
+    ytr = torch.as_tensor(dataset.y_train, device=dev)
     g2: float | None = None
     if grad_norm:
         loss = nn.functional.cross_entropy(forward(parties, server, Xtr), ytr)
@@ -59,7 +61,7 @@ def evaluate(
     with torch.no_grad():
         if not grad_norm:
             train_loss = float(nn.functional.cross_entropy(forward(parties, server, Xtr), ytr))
-        pred = forward(parties, server, Xte).argmax(1).numpy()
+        pred = forward(parties, server, Xte).argmax(1).cpu().numpy()
     acc = float(np.mean(pred == dataset.y_test))
     return {
         "train_loss": train_loss,

@@ -22,7 +22,8 @@ def joint_sgd(
     r"""Plain mini-batch SGD on the joint model :math:`\Theta` (the C1 oracle and benchmark baseline).
 
     Same initialisation, batches and step sizes as :func:`~cvfl_sim.vfl.train.train` under the same ``config``; no
-    compression, no local steps (``config.Q`` and the compressors are ignored).
+    compression, no local steps (``config.Q`` and the compressors are ignored), on
+    ``config.device``.
 
     Returns
     -------
@@ -32,8 +33,8 @@ def joint_sgd(
     s = setup_run(dataset, config)
     parties, server = s.parties, s.server
     params = [q for net in [*parties, server] for q in net.parameters()]
-    Xtr = [torch.as_tensor(p, dtype=s.dtype) for p in dataset.train_parts]
-    ytr = torch.as_tensor(dataset.y_train)
+    Xtr = [torch.as_tensor(p, dtype=s.dtype, device=s.device) for p in dataset.train_parts]
+    ytr = torch.as_tensor(dataset.y_train, device=s.device)
     batch_gen = np.random.default_rng(s.seeds[1])
     opt = torch.optim.SGD(params, lr=1.0)
     r = 0
@@ -43,7 +44,7 @@ def joint_sgd(
             tick = time.perf_counter()
             for g in opt.param_groups:
                 g["lr"] = float(s.lr(r))
-            idx = torch.from_numpy(batch)
+            idx = torch.from_numpy(batch).to(s.device)
             loss = nn.functional.cross_entropy(
                 forward(parties, server, [X[idx] for X in Xtr]), ytr[idx]
             )

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .checkpoint import array_layout, read_checkpoint, write_checkpoint
-from .config import CVFLConfig, RunSetup
+from .config import CVFLConfig, RunSetup, resolve_device
 from .data import VerticalDataset
 from .evaluate import evaluate
 from .ledger import BitLedger, RoundBits, nominal_bits, paper_cost_model, round_bits
@@ -134,9 +134,14 @@ def check_state(state: Any, dataset: VerticalDataset, config: CVFLConfig) -> tup
 def checkpoint_identity(dataset: VerticalDataset, config: CVFLConfig) -> str:
     """The identity a checkpoint of ``train(dataset, config)`` is checked against on resume.
 
-    Everything that shapes the run; not ``progress``, which only shows it.
+    Everything that shapes the run; not ``progress``, which only shows it. The device is named
+    as resolved (``"cuda"`` is ``"cuda:0"``), and not at all for the CPU, so that checkpoints
+    written before :attr:`CVFLConfig.device` existed still resume.
     """
-    described = {k: v for k, v in config.to_dict().items() if k != "progress"}
+    described = {k: v for k, v in config.to_dict().items() if k not in ("progress", "device")}
+    device = resolve_device(config.device)
+    if device.type != "cpu":
+        described["device"] = str(device)
     return json.dumps([described, dataset.describe()], sort_keys=True, default=str)
 
 

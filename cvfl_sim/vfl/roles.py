@@ -376,7 +376,7 @@ def run_roles(
     RunResult or None
         The run (with ``summary["bytes_sent"]`` from this transport) in the server's process.
     """
-    s = setup_run(dataset, config)
+    s = setup_run(dataset, config, cpu_only="backend='roles'")
     M = dataset.n_parties
     dtype, Q, B, n = s.dtype, config.Q, config.batch_size, dataset.n_train
     ytr = torch.as_tensor(dataset.y_train)

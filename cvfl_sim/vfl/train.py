@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .config import CVFLConfig
+from .config import CVFLConfig, resolve_device
 from .data import VerticalDataset
 from .results import RunResult
 from .vectorised import train_vectorised
@@ -130,6 +130,12 @@ def train(
     """
     config = CVFLConfig() if config is None else config
     opts = backend_options_of(backend, backend_options, probe, on_epoch_end)
+    if probe is not None and isinstance(config, CVFLConfig):
+        if resolve_device(config.device).type != "cpu":
+            raise ValueError(
+                f"probe needs device='cpu' (the probes measure in float64 numpy), got "
+                f"device={config.device!r}"
+            )
     if backend == "inprocess":
         return train_vectorised(
             dataset, config, checkpoint=checkpoint, on_epoch_end=on_epoch_end, probe=probe

@@ -53,9 +53,9 @@ from .steps import diverged, minibatches, sgd_step
 __all__ = ["train_vectorised"]
 
 
-def _own_mask(sizes: Sequence[int]) -> torch.Tensor:
+def _own_mask(sizes: Sequence[int], device: torch.device) -> torch.Tensor:
     """``(M, 1, ΣP)`` boolean mask of party ``m``'s own block of columns in row block ``m``."""
-    mask = torch.zeros(len(sizes), 1, sum(sizes), dtype=torch.bool)
+    mask = torch.zeros(len(sizes), 1, sum(sizes), dtype=torch.bool, device=device)
     off = 0
     for m, p in enumerate(sizes):
         mask[m, 0, off : off + p] = True
@@ -168,15 +168,18 @@ class _VectorisedRun:
         self.hat_params = list(self.server_hat.parameters())
         self.numels = [q.numel() for q in self.server_params]
         self.hat_buffers = list(zip(self.server_hat.buffers(), self.server.buffers()))
-        self.own_block = _own_mask(s.emb_sizes)  # (M, 1, ΣP): party m's own block in row block m
+        dev = s.device
+        self.own_block = _own_mask(s.emb_sizes, dev)  # (M, 1, ΣP): party m's block in row block m
         self.rowwise = _rowwise(self.server)
-        self.Xtr = [torch.as_tensor(p, dtype=s.dtype) for p in dataset.train_parts]
-        self.ytr = torch.as_tensor(dataset.y_train)
+        self.Xtr = [torch.as_tensor(p, dtype=s.dtype, device=dev) for p in dataset.train_parts]
+        self.ytr = torch.as_tensor(dataset.y_train, device=dev)
         self.batch_gen = np.random.default_rng(s.seeds[1])
         self.comp_gens = [np.random.default_rng(c) for c in s.seeds[2].spawn(self.M + 1)]
         n = dataset.n_train
         self.memory = (
-            [torch.zeros(n, P, dtype=s.dtype) for P in s.emb_sizes] if config.error_feedback else []
+            [torch.zeros(n, P, dtype=s.dtype, device=dev) for P in s.emb_sizes]
+            if config.error_feedback
+            else []
         )
         self.rec = RunRecord(s, dataset, config)
         self._lossless: _Lossless | None = None
@@ -358,7 +361,7 @@ def train_vectorised(
         batches = minibatches(dataset.n_train, config.batch_size, run.batch_gen)
         tick = time.perf_counter()
         # one gather per epoch: a round's mini-batch is then a contiguous slice (same values)
-        order = torch.from_numpy(np.concatenate(batches))
+        order = torch.from_numpy(np.concatenate(batches)).to(s.device)
         X_ep = [X[order] for X in Xtr]
         y_ep = ytr[order]
         rec.train_time += time.perf_counter() - tick
