@@ -33,6 +33,11 @@ swings between CPUs (cache sizes, memory bandwidth); the fraction says how much 
 time is above what the machine must spend anyway. Identity has no row: its message and output
 share the input's memory, so it moves nothing the floor could count.
 
+Last, the **torch path** (the compressors in torch, taken for tensors on an accelerator and forced
+on the CPU with ``CVFL_KERNEL_PATH=torch``; the same bytes as the kernels): its time on a CPU tensor
+divided by the compiled kernels' time on the same tensor, interleaved in this process. It is
+reported, with no target: on a CPU it is a reference implementation, the kernels are the fast path.
+
 Run ``PYTHONPATH=/path/to/other/checkout python benchmarks/bench_compressors.py`` to measure
 another version of the package under the same conditions (before/after comparisons).
 """
@@ -201,6 +206,39 @@ def measure(repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _forced_torch(op: Callable[[], object]) -> object:
+    """``op()`` with ``CVFL_KERNEL_PATH=torch`` (read by the compressors on every call)."""
+    before = os.environ.get("CVFL_KERNEL_PATH")
+    os.environ["CVFL_KERNEL_PATH"] = "torch"
+    try:
+        return op()
+    finally:
+        if before is None:
+            del os.environ["CVFL_KERNEL_PATH"]
+        else:
+            os.environ["CVFL_KERNEL_PATH"] = before
+
+
+def measure_torch_path(repeats: int) -> list[tuple[str, str, float, float]]:
+    """``(case, op, torch-path ms, ratio to the kernels)`` on a CPU tensor, interleaved."""
+    import torch
+
+    torch.set_num_threads(1)
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32))
+    out = []
+    for name, comp, _ in _cases():
+        ops: dict[str, Callable[[], object]] = {
+            "c+d": partial(_compress_decompress, comp, x),
+            "rt": partial(comp.roundtrip, x, rng=1),
+        }
+        for label, op in ops.items():
+            for _ in range(2):  # warm: the jump matrices of the stream are built once
+                _forced_torch(op)
+            t, t_kernel, c, c_kernel = median_times(partial(_forced_torch, op), op, repeats)
+            out.append((name, label, 1e3 * t, min(t / t_kernel, c / c_kernel)))
+    return out
+
+
 def _measure_path(path: str, repeats: int) -> list[dict[str, Any]]:
     """``measure`` in a subprocess forced onto ``path`` (the path is chosen at import)."""
     return worker_json(__file__, ["--repeats", str(repeats)], kernel_env(path), path)
@@ -259,6 +297,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{results[p][i]['roofline']:8.2f}" if p in results else f"{'-':<8}" for p in PATHS
         ]
         print(f"{row['name']:<22} {row['backend']:<7}" + "".join(f" | {c}" for c in cells))
+    print()
+    print(f"torch path on this CPU / the compiled kernels ({_kernels.path()}), same tensor, same")
+    print("bytes (reported, no target; min of the wall and CPU-time ratios)")
+    print(f"{'compressor':<22} {'op':<3} | {'torch ms':>8} | {'ratio':>6}")
+    for name, label, ms, ratio in measure_torch_path(repeats):
+        print(f"{name:<22} {label:<3} | {ms:8.2f} | {ratio:6.1f}")
     lacking = [p for p in TARGETED if p not in results]
     print(
         f"{misses} compress+decompress target(s) missed on the measured paths"

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ArrayKind", "is_torch", "to_numpy"]
+__all__ = ["ArrayKind", "checked_tensor", "is_torch", "to_numpy"]
 
 
 def is_torch(x: object) -> bool:
@@ -80,20 +80,9 @@ def to_numpy(x: Any, name: str = "X") -> tuple[np.ndarray, ArrayKind]:
         A tensor on the ``meta`` device.
     """
     if is_torch(x):
+        t = checked_tensor(x, name)
         device = str(x.device)
-        if x.device.type == "meta":
-            raise ValueError(
-                f"{name} is a tensor on the 'meta' device, which holds no values; pass a CPU or "
-                "accelerator tensor"
-            )
-        if x.layout != sys.modules["torch"].strided or x.is_quantized:
-            raise TypeError(f"{name} must be a dense tensor, got layout {x.layout}")
-        t = x.detach()
-        if t.dtype.is_complex:
-            raise TypeError(f"{name} must be real-valued, got a complex tensor of dtype {t.dtype}")
-        if str(t.dtype) == "torch.bfloat16":
-            raise TypeError(f"{name} has dtype torch.bfloat16; use float16, float32 or float64")
-        t = t.cpu().resolve_conj().resolve_neg()
+        t = t.cpu()
         return np.asarray(t.numpy(), order="C"), ArrayKind(torch=True, device=device)
     if isinstance(x, np.ma.MaskedArray):
         raise TypeError(
@@ -109,3 +98,28 @@ def to_numpy(x: Any, name: str = "X") -> tuple[np.ndarray, ArrayKind]:
             f"{name} must be a numpy array, a torch tensor or a rectangular nested list of "
             f"numbers; got {type(x).__name__} ({exc})"
         ) from None
+
+
+def checked_tensor(x: Any, name: str = "X") -> Any:
+    """``x`` (a torch tensor) detached, on its device, with conjugate and negative bits resolved.
+
+    Raises
+    ------
+    TypeError
+        Complex, bfloat16, sparse or quantized tensors.
+    ValueError
+        A tensor on the ``meta`` device.
+    """
+    if x.device.type == "meta":
+        raise ValueError(
+            f"{name} is a tensor on the 'meta' device, which holds no values; pass a CPU or "
+            "accelerator tensor"
+        )
+    if x.layout != sys.modules["torch"].strided or x.is_quantized:
+        raise TypeError(f"{name} must be a dense tensor, got layout {x.layout}")
+    t = x.detach()
+    if t.dtype.is_complex:
+        raise TypeError(f"{name} must be real-valued, got a complex tensor of dtype {t.dtype}")
+    if str(t.dtype) == "torch.bfloat16":
+        raise TypeError(f"{name} has dtype torch.bfloat16; use float16, float32 or float64")
+    return t.resolve_conj().resolve_neg()

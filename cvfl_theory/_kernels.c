@@ -360,9 +360,12 @@ static const kpath_t paths[] = {
 static const kernels_t *KT = &table_portable; /* the path in use (set once, at import) */
 static const char *KT_NAME = "portable";
 
-/* Choose the path: CVFL_KERNEL_PATH if set and non-empty, else the widest supported one. */
+/* Choose the path: CVFL_KERNEL_PATH if set and non-empty, else the widest supported one.
+   CVFL_KERNEL_PATH=torch selects the torch implementation for torch tensors (Python side,
+   cvfl_theory.compressors._torch_kernels); numpy arrays keep the widest compiled path. */
 static int choose_path(void) {
     const char *want = getenv("CVFL_KERNEL_PATH");
+    if (want != NULL && strcmp(want, "torch") == 0) want = NULL;
     if (want != NULL && *want != 0) {
         for (int q = 0; q < NPATHS; q++) {
             if (strcmp(want, paths[q].name) != 0) continue;
@@ -378,7 +381,8 @@ static int choose_path(void) {
         }
         PyErr_Format(PyExc_ImportError,
                      "cvfl_theory._kernels: CVFL_KERNEL_PATH=%s is not a kernel path of this "
-                     "build; the paths are avx512, avx2, portable (x86-64) or portable", want);
+                     "build; the paths are avx512, avx2, portable (x86-64) or portable, and torch "
+                     "(torch tensors on the torch path)", want);
         return -1;
     }
     for (int q = 0; q < NPATHS; q++) {

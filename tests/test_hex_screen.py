@@ -25,7 +25,7 @@ numpy float64 operations are IEEE and unfused) and checks the compressor against
    contain exact ties. The test asserts that a large share of the pairs is that close (measured
    by the transcription on the final data, not by the construction);
 3. (2) in a subprocess per forced kernel path (``CVFL_KERNEL_PATH``), with the installed build
-   and a clang build, skipped when the CPU lacks the path;
+   and a clang build, skipped when the CPU lacks the path; and on the torch path (in process);
 4. that the adversarial data is sharp: a simulated float32 nearest point with an error screen
    (recompute in float64 only when a float32 margin is below ``E``) disagrees with the
    definition when ``E`` is too small, and agrees when ``E`` covers float32 rounding; and the
@@ -383,6 +383,16 @@ def test_adversarial_rows_sit_on_ties_and_match_the_definition(case, adversarial
         assert np.sum(m == 0.0) > 0.01 * B * npairs
     got = _compress_idx(kw, data, seed)
     assert np.array_equal(got, ref), _mismatch_report(_case_id(case), got, ref, marg)
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_adversarial_rows_on_the_torch_path(case, adversarial):
+    # the torch implementation (run for tensors on an accelerator) on the same tie-sitting rows
+    import torch
+
+    kw, data, seed, ref, marg, _ = adversarial[_case_id(case)]
+    k = HexLatticeQuantizer(**kw)._torch_run(torch.from_numpy(data), seed)[0].numpy()
+    assert np.array_equal(k, ref), _mismatch_report(_case_id(case) + " (torch)", k, ref, marg)
 
 
 # ------------------------------------------------------------------ 3. every kernel path

@@ -91,9 +91,9 @@ class CVFLConfig:
         The torch device of the models, the data and the training arithmetic: ``"cpu"``
         (default), ``"cuda"`` or ``"cuda:i"`` (``train``'s ``"inprocess"`` backend; the others
         and the probes need ``"cpu"``). The models are initialised on the CPU and then moved, so
-        every device starts from the same :math:`\Theta^0`; the compressors' messages, hence the
-        ledger, are computed by the same kernels whatever the device (a GPU tensor is copied to
-        the host and back), but a GPU's model arithmetic differs from the CPU's in the last bits.
+        every device starts from the same :math:`\Theta^0`. On a GPU the compressors run in
+        torch on the device, with the compiled kernels' bytes for the same input, so the ledger
+        is the CPU's. A GPU's model arithmetic still differs from the CPU's in the last bits.
     """
 
     Q: int = 1

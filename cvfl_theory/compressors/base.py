@@ -56,12 +56,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._backend import ArrayKind, to_numpy
+from .._backend import ArrayKind, checked_tensor, to_numpy
 from .._rng import RNGLike, as_generator
 from .._validate import as_real_float, raise_not_finite
 from ..bitpack import BitReader, BitWriter
+from ._torch_kernels import uses_torch_path
 
-__all__ = ["Compressor", "Compressed", "as_matrix", "shape2d"]
+__all__ = ["Compressor", "Compressed", "as_matrix", "as_tensor_matrix", "shape2d"]
 
 _MAGIC = 0x43564643  # "CVFC"
 _VERSION = 1
@@ -229,6 +230,36 @@ def as_matrix(
         raise_not_finite(a, name)
     shape = tuple(int(s) for s in a.shape)
     return a.reshape(shape2d(shape)), kind, shape, a.dtype
+
+
+def as_tensor_matrix(
+    x: Any, name: str = "x", check_finite: bool = True
+) -> tuple[Any, ArrayKind, tuple[int, ...], np.dtype]:
+    """:func:`as_matrix` for the torch path: the same checks, the tensor kept on its device.
+
+    Returns the ``(B, P)`` view of the detached tensor (float16/32/64 kept, integers as
+    float64), its kind, its original shape and the numpy dtype of the result.
+    """
+    import torch
+
+    t = checked_tensor(x, name)
+    if t.dtype == torch.bool:
+        raise TypeError(f"{name} must hold real numbers (float16/32/64), got dtype {t.dtype}")
+    if not t.dtype.is_floating_point:
+        t = t.to(torch.float64)
+    if t.ndim not in (1, 2):
+        raise ValueError(
+            f"{name} must have shape (P,) or (B, P), got ndim={t.ndim} {tuple(t.shape)}"
+        )
+    if t.numel() == 0:
+        raise ValueError(
+            f"{name} must not be empty (B >= 1 and P >= 1), got shape {tuple(t.shape)}"
+        )
+    if check_finite and not bool(torch.isfinite(t).all()):
+        raise_not_finite(t.cpu().numpy(), name)
+    shape = tuple(int(s) for s in t.shape)
+    dtype = np.dtype(str(t.dtype).removeprefix("torch."))
+    return t.reshape(shape2d(shape)).contiguous(), ArrayKind(True, str(x.device)), shape, dtype
 
 
 def shape_or_x(x_or_shape: Any) -> tuple[tuple[int, int], np.ndarray | None]:
@@ -535,6 +566,9 @@ class Compressor(ABC):
     """
 
     name: ClassVar[str] = ""
+    _has_torch_path: ClassVar[bool] = False
+    """True if the compressor has a torch path (``_compress_torch``, ``_decompress_torch``),
+    taken for tensors on an accelerator and, with ``CVFL_KERNEL_PATH=torch``, for every tensor."""
     _checks_finite: ClassVar[bool] = False
     """True if ``_compress``/``_roundtrip`` raise on NaN/inf themselves (from reductions they
     compute anyway), so :meth:`compress` can skip the separate full scan of :func:`as_matrix`."""
@@ -578,6 +612,11 @@ class Compressor(ABC):
         -------
         Compressed
         """
+        if self._has_torch_path and uses_torch_path(x):
+            t, kind, shape, dtype = as_tensor_matrix(x, "x", not self._checks_finite)
+            self._check_shape(tuple(t.shape))
+            data, seed, n_clipped = self._compress_torch(t, rng)
+            return Compressed(self, shape, dtype, kind, data, seed, n_clipped)
         a, kind, shape, dtype = as_matrix(x, "x", check_finite=not self._checks_finite)
         self._check_shape(a.shape)
         data, seed, n_clipped = self._compress(a, rng)
@@ -596,6 +635,15 @@ class Compressor(ABC):
             raise TypeError(f"c must be a Compressed, got {type(c).__name__}")
         if c.compressor is not self and c.compressor != self:
             raise ValueError(f"c was produced by {c.compressor!r}, not by {self!r}")
+        if self._has_torch_path and uses_torch_path(c.kind):
+            t = self._decompress_torch(c.data, c.seed, c.shape2d, c.dtype, c.kind.device)
+            if not self._output_bound(c.data) <= _DTYPE_MAX.get(c.dtype, -1.0) and not bool(
+                t.isfinite().all()
+            ):
+                raise ValueError(
+                    f"decompressed values overflow {np.dtype(c.dtype)}: corrupted message"
+                )
+            return t.reshape(c.shape)
         out = self._decompress(c.data, c.seed, c.shape2d, c.dtype)
         if out.dtype != c.dtype:  # e.g. float16 rounded from float64 by this call
             with np.errstate(over="ignore"):  # an overflow is refused just below
@@ -615,6 +663,10 @@ class Compressor(ABC):
         Some compressors fuse the two kernels (e.g. the dithered quantizers draw the shared dither
         once instead of once per side), with the same result.
         """
+        if self._has_torch_path and uses_torch_path(x):
+            t, _, shape, dtype = as_tensor_matrix(x, "x", not self._checks_finite)
+            self._check_shape(tuple(t.shape))
+            return self._roundtrip_torch(t, rng, dtype).reshape(shape)
         a, kind, shape, dtype = as_matrix(x, "x", check_finite=not self._checks_finite)
         self._check_shape(a.shape)
         out = self._roundtrip(a, rng, dtype)
@@ -674,6 +726,28 @@ class Compressor(ABC):
         """``_decompress(_compress(a))``; override with a fused kernel giving the same bits."""
         data, seed, _ = self._compress(a, rng)
         return self._decompress(data, seed, a.shape, dtype)
+
+    def _compress_torch(
+        self, t: Any, rng: RNGLike
+    ) -> tuple[dict[str, np.ndarray], int | None, int]:
+        """:meth:`_compress` of the ``(B, P)`` float tensor ``t`` (the payload fields on the host)."""
+        raise NotImplementedError
+
+    def _decompress_torch(
+        self,
+        data: dict[str, np.ndarray],
+        seed: int | None,
+        shape: tuple[int, int],
+        dtype: np.dtype,
+        device: Any,
+    ) -> Any:
+        """:meth:`_decompress` as a tensor of ``dtype`` on ``device``, the same bits."""
+        raise NotImplementedError
+
+    def _roundtrip_torch(self, t: Any, rng: RNGLike, dtype: np.dtype) -> Any:
+        """``_decompress_torch(_compress_torch(t))``; override to stay on the device."""
+        data, seed, _ = self._compress_torch(t, rng)
+        return self._decompress_torch(data, seed, tuple(t.shape), dtype, t.device)
 
     @abstractmethod
     def _write_payload(

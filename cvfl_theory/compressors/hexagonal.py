@@ -10,6 +10,7 @@ import numpy as np
 from .. import _kernels
 from ..bitpack import BitReader
 from ..lattice import SQRT3, A2BoxCodebook, codebook_tables
+from . import _torch_kernels as tk
 from ._common import range_bits
 from .base import shape2d
 from .quantizer import RangeQuantizer
@@ -127,6 +128,7 @@ class HexLatticeQuantizer(RangeQuantizer):
 
     name = "hex"
     _max_bits = 8
+    _has_torch_path = True
     _kernel_quantize = staticmethod(_kernels.hex_quantize)
     _kernel_dequantize = staticmethod(_kernels.hex_dequantize)
 
@@ -200,6 +202,16 @@ class HexLatticeQuantizer(RangeQuantizer):
         # y = (p - u) span + lo + span/2 with p a codeword of the centred unit box (the kernel
         # clamps indices into the codebook) and |u| <= a/sqrt3 < a (the Voronoi cell's radius).
         return _reach(self.codebook)
+
+    def _torch_kernel_quantize(
+        self, x: Any, lo: Any, hi: Any, seed: int | None, clamp: bool
+    ) -> tuple[Any, Any, int]:
+        return tk.hex_quantize(x, lo, hi, self._kernel_param, seed, clamp)
+
+    def _torch_kernel_dequantize(
+        self, k: Any, lo: Any, hi: Any, seed: int | None, shape: tuple[int, int], aux: Any
+    ) -> Any:
+        return tk.hex_dequantize(k, lo, hi, self._kernel_param, seed, shape[1], aux)
 
     def _read_payload(self, r: BitReader, shape: tuple[int, int]) -> dict[str, np.ndarray]:
         data = super()._read_payload(r, shape)

@@ -13,6 +13,7 @@ import numpy as np
 from .._rng import RNGLike
 from .._validate import check_fits_float, check_float_width
 from ..bitpack import BitReader, BitWriter
+from . import _torch_kernels as tk
 from .base import Compressor, shape2d, shape_or_x
 
 __all__ = ["Identity"]
@@ -46,6 +47,7 @@ class Identity(Compressor):
     """
 
     name = "identity"
+    _has_torch_path = True
 
     def __init__(self, r: int = 32) -> None:
         self.r = check_float_width(r)
@@ -85,6 +87,24 @@ class Identity(Compressor):
         dtype: np.dtype | type = np.float64,
     ) -> np.ndarray:
         return data["values"].reshape(shape)
+
+    def _compress_torch(
+        self, t: Any, rng: RNGLike
+    ) -> tuple[dict[str, np.ndarray], int | None, int]:
+        return self._compress(t.cpu().numpy(), rng)  # the payload is the values, on the host
+
+    def _decompress_torch(
+        self,
+        data: dict[str, np.ndarray],
+        seed: int | None,
+        shape: tuple[int, int],
+        dtype: np.dtype,
+        device: Any,
+    ) -> Any:
+        import torch
+
+        values = torch.from_numpy(np.ascontiguousarray(data["values"])).to(device)
+        return tk.to_output_dtype(values.reshape(shape), dtype)
 
     def _write_payload(
         self, w: BitWriter, data: dict[str, np.ndarray], shape: tuple[int, int]

@@ -18,8 +18,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._rng import RNGLike
-from .._validate import check_int_in_range
+from .._validate import check_int_in_range, raise_not_finite
 from ..bitpack import BitReader, BitWriter
+from . import _torch_kernels as tk
 from ._common import (
     check_counts,
     check_sent_range,
@@ -274,6 +275,90 @@ class RangeQuantizer(Compressor):
         idx = np.ascontiguousarray(data["idx"], dtype=self._index_dtype)
         self._dequantize(idx, lo, hi, seed, out)
         return out
+
+    # ---- torch path (the same bits on any device) --------------------------------------------
+    def _torch_kernel_quantize(
+        self, x: Any, lo: Any, hi: Any, seed: int | None, clamp: bool
+    ) -> tuple[Any, Any, int]:
+        """The torch kernel of :meth:`_quantize`: ``(indices, dither or None, clipped count)``.
+
+        ``x`` is a finite float32/float64 ``(B, P)`` tensor, ``lo``/``hi`` float64 tensors of 1
+        or ``B`` values; ``clamp``: a given range (entries clamped into it and counted).
+        """
+        raise NotImplementedError
+
+    def _torch_kernel_dequantize(
+        self, k: Any, lo: Any, hi: Any, seed: int | None, shape: tuple[int, int], aux: Any
+    ) -> Any:
+        """The float64 ``(B, P)`` reconstruction of the indices ``k``.
+
+        ``aux`` is the dither :meth:`_torch_kernel_quantize` returned, or None to draw it from
+        ``seed``.
+        """
+        raise NotImplementedError
+
+    def _torch_run(self, t: Any, seed: int | None) -> tuple[Any, Any, Any, Any, int]:
+        """Quantize the tensor ``t``: indices, dither, range ``lo``/``hi`` and clipped count.
+
+        The range and the checks of :meth:`_run`, on the tensor's device.
+        """
+        import torch
+
+        x = t if t.dtype != torch.float16 else t.float()  # as kernel_input: float16 exactly
+        if not bool(torch.isfinite(x).all()):
+            raise_not_finite(x.cpu().numpy(), "x")
+        if isinstance(self.range, str):
+            lo, hi = tk.row_ranges(x)
+            if not bool(torch.isfinite(lo).all() and torch.isfinite(hi).all()):
+                check_sent_range(x.cpu().numpy(), lo.cpu().numpy(), hi.cpu().numpy())
+            if self.range == "minmax-tensor":
+                lo, hi = lo.amin(dim=0, keepdim=True), hi.amax(dim=0, keepdim=True)
+        else:
+            lo, hi = (
+                torch.tensor([float(v)], dtype=torch.float64, device=x.device) for v in self.range
+            )
+        clamp = self.range != "minmax-row"
+        k, aux, n_clip = self._torch_kernel_quantize(x, lo, hi, seed, clamp)
+        if n_clip and self.out_of_range == "raise":
+            check_counts(x.cpu().numpy(), self.range, self.out_of_range, n_clip, 0)
+        return k, aux, lo, hi, n_clip
+
+    def _compress_torch(
+        self, t: Any, rng: RNGLike
+    ) -> tuple[dict[str, np.ndarray], int | None, int]:
+        import torch
+
+        seed = draw_seed(rng) if self.dither else None
+        k, _, lo, hi, n_clip = self._torch_run(t, seed)
+        idx = k.to(torch.int32).cpu().numpy().astype(self._index_dtype)
+        return (
+            {**sent_fields(self.range, lo.cpu().numpy(), hi.cpu().numpy()), "idx": idx},
+            seed,
+            n_clip,
+        )
+
+    def _decompress_torch(
+        self,
+        data: dict[str, np.ndarray],
+        seed: int | None,
+        shape: tuple[int, int],
+        dtype: np.dtype,
+        device: Any,
+    ) -> Any:
+        import torch
+
+        lo, hi = (torch.from_numpy(v).to(device) for v in received_range(self.range, data))
+        idx = np.ascontiguousarray(data["idx"], dtype=np.int32).reshape(self._index_shape(shape))
+        k = torch.from_numpy(idx).to(device)
+        return tk.to_output_dtype(
+            self._torch_kernel_dequantize(k, lo, hi, seed, shape, None), dtype
+        )
+
+    def _roundtrip_torch(self, t: Any, rng: RNGLike, dtype: np.dtype) -> Any:
+        seed = draw_seed(rng) if self.dither else None
+        k, aux, lo, hi, _ = self._torch_run(t, seed)
+        y = self._torch_kernel_dequantize(k, lo, hi, seed, tuple(t.shape), aux)
+        return tk.to_output_dtype(y, dtype)
 
     @abstractmethod
     def _reach(self) -> float:

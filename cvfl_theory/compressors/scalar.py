@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from .. import _kernels
+from . import _torch_kernels as tk
 from ._common import range_bits
 from .base import shape2d
 from .quantizer import RangeQuantizer
@@ -80,6 +81,7 @@ class ScalarQuantizer(RangeQuantizer):
 
     name = "scalar"
     _max_bits = 16
+    _has_torch_path = True
     _kernel_quantize = staticmethod(_kernels.scalar_quantize)
     _kernel_dequantize = staticmethod(_kernels.scalar_dequantize)
 
@@ -147,3 +149,14 @@ class ScalarQuantizer(RangeQuantizer):
         # y - lo = c Delta with c = k + 1/2 - U in (-1/2, k_max + 1/2) (or c = k without dither),
         # Delta = (hi - lo)/L, k at most the index dtype's largest value (the kernel does not clamp).
         return float(1 << 8 * np.dtype(self._index_dtype).itemsize) / (self.levels - 1)
+
+    # ---- torch path (the same bits on any device) --------------------------------------------
+    def _torch_kernel_quantize(
+        self, x: Any, lo: Any, hi: Any, seed: int | None, clamp: bool
+    ) -> tuple[Any, Any, int]:
+        return tk.scalar_quantize(x, lo, hi, self.levels - 1, seed, clamp)
+
+    def _torch_kernel_dequantize(
+        self, k: Any, lo: Any, hi: Any, seed: int | None, shape: tuple[int, int], aux: Any
+    ) -> Any:
+        return tk.scalar_dequantize(k, lo, hi, self.levels - 1, seed, aux)

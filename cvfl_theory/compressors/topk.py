@@ -15,6 +15,7 @@ from .. import _kernels
 from .._rng import RNGLike
 from .._validate import check_fits_float, check_float_width, check_int_in_range, raise_not_finite
 from ..bitpack import BitReader, BitWriter
+from . import _torch_kernels as tk
 from ._common import kernel_input, type_code
 from .base import Compressor, shape2d, shape_or_x
 
@@ -75,6 +76,7 @@ class TopK(Compressor):
     """
 
     name = "topk"
+    _has_torch_path = True
     _checks_finite = True  # the selection kernel flags rows holding NaN/inf
 
     def __init__(self, k: int | None = None, bits: int | None = None, r: int = 32) -> None:
@@ -180,6 +182,39 @@ class TopK(Compressor):
         cols = np.ascontiguousarray(data["idx"], dtype=np.int32)
         _kernels.topk_scatter(cols, vals, type_code(vals), B, P, k, out)
         return out
+
+    def _compress_torch(
+        self, t: Any, rng: RNGLike
+    ) -> tuple[dict[str, np.ndarray], int | None, int]:
+        import torch
+
+        x = t if t.dtype != torch.float16 else t.float()  # as kernel_input: float16 exactly
+        B, P = x.shape
+        cols, vals, bad = tk.topk_select(x, self.k_for(P))
+        if bad:
+            raise_not_finite(x.cpu().numpy(), "x")
+        return (
+            {
+                "idx": cols.cpu().numpy().astype(_index_dtype(P)),
+                "values": check_fits_float(vals.cpu().numpy(), self.r, "x", False),
+            },
+            None,
+            0,
+        )
+
+    def _decompress_torch(
+        self,
+        data: dict[str, np.ndarray],
+        seed: int | None,
+        shape: tuple[int, int],
+        dtype: np.dtype,
+        device: Any,
+    ) -> Any:
+        import torch
+
+        vals = torch.from_numpy(kernel_input(data["values"])).to(device)
+        cols = torch.from_numpy(data["idx"].astype(np.int64)).to(device)
+        return tk.to_output_dtype(tk.topk_scatter(cols, vals, shape[1]), dtype)
 
     def _output_bound(self, data: dict[str, np.ndarray]) -> float:
         # every output entry is 0 or one of the B k sent values (converted exactly, or rounded

@@ -1,0 +1,194 @@
+"""The compressors and the simulator on a GPU: the same bytes as the CPU, time ÷ clone, a C-VFL run.
+
+On a machine with a CUDA device (``--device cuda``, the default) this prints three things:
+
+1. **Bytes.** For every compressor, dtype, shape and seed of a small grid, the message of a CUDA
+   tensor (the torch path) and of the same values on the CPU (the compiled kernels) are compared
+   byte for byte, and so are the reconstructions and the fused round trips. One line per
+   compressor: the cases compared and how many differ (the requirement: none).
+2. **Time ÷ clone on the device.** ``decompress(compress(x))`` and ``roundtrip(x)`` of a
+   (4096, 256) float32 tensor, each divided by ``torch.clone`` of ``x`` on the same device,
+   synchronised, medians of interleaved repeats (reported, no target: the payload crosses to the
+   host, as a message must).
+3. **A C-VFL run** with ``CVFLConfig(device="cuda")`` beside the same run on the CPU: the loss
+   and accuracy at every evaluation, and the bits on the wire (which must be equal). The models'
+   arithmetic differs on a GPU (other kernels, other summation orders), so the histories drift
+   apart by rounding; the compressors' bytes for the same input do not.
+
+Without a CUDA device it says so and exits 0 (``make bench`` runs it everywhere). ``--device
+cpu`` runs the same script on the CPU with ``CVFL_KERNEL_PATH=torch`` (the torch path against the
+kernels), which is how its code path is exercised without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from cvfl_theory.compressors import (
+    Compressed,
+    Compressor,
+    HexLatticeQuantizer,
+    Identity,
+    ScalarQuantizer,
+    TopK,
+)
+
+SHAPE = (4096, 256)
+REPEATS = 15
+
+
+def compressors() -> list[Compressor]:
+    """The grid's compressors: every kind, every range mode, with and without dither."""
+    return [
+        ScalarQuantizer(2),
+        ScalarQuantizer(3),
+        ScalarQuantizer(8, range=(-6.0, 6.0)),
+        ScalarQuantizer(4, range="minmax-tensor"),
+        ScalarQuantizer(3, dither=False),
+        HexLatticeQuantizer(2),
+        HexLatticeQuantizer(3),
+        HexLatticeQuantizer(4, range=(-5.0, 5.0)),
+        HexLatticeQuantizer(3, dither=False),
+        TopK(bits=3),
+        TopK(k=7, r=16),
+        Identity(),
+        Identity(16),
+    ]
+
+
+def _sides(comp: Compressor, x: np.ndarray, seed: int, device: str) -> list[bytes]:
+    """Message, reconstruction and round trip of ``x`` on ``device`` (bytes; host copies)."""
+    t = torch.from_numpy(x).to(device)
+    c = comp.compress(t, rng=seed)
+    y = comp.decompress(c)
+    r = comp.roundtrip(t, rng=seed)
+    # the header names the original's device: compare the message as if made on the CPU (the
+    # same fields, the same payload)
+    cpu = Compressed(c.compressor, c.shape, c.dtype, type(c.kind)(True, "cpu"), c.data, c.seed,
+                     c.n_clipped)  # fmt: skip
+    return [cpu.to_bytes(), y.cpu().numpy().tobytes(), r.cpu().numpy().tobytes()]
+
+
+def check_bytes(device: str) -> int:
+    """Print one line per compressor; return the number of differing cases."""
+    rng = np.random.default_rng(0)
+    bad_total = 0
+    for comp in compressors():
+        cases = bad = 0
+        digest = hashlib.sha256()
+        for dtype in (np.float16, np.float32, np.float64):
+            for shape in ((1, 7), (33, 65), (512, 256)):
+                x = (rng.standard_normal(shape) * rng.choice([1e-2, 1.0, 30.0], shape)).astype(
+                    dtype
+                )
+                if isinstance(comp, TopK) and comp.k is not None and comp.k > shape[1]:
+                    continue
+                for seed in (0, 1, 2**40 + 3):
+                    os.environ["CVFL_KERNEL_PATH"] = "torch" if device == "cpu" else ""
+                    got = _sides(comp, x, seed, device)
+                    os.environ["CVFL_KERNEL_PATH"] = ""
+                    ref = _sides(comp, x, seed, "cpu")
+                    cases += 1
+                    bad += got != ref
+                    digest.update(b"".join(ref))
+        bad_total += bad
+        verdict = "identical" if bad == 0 else f"{bad} DIFFER"
+        print(f"  {comp!r:<78.78} {cases:3d} cases {verdict} ({digest.hexdigest()[:12]})")
+    return bad_total
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _median_ratio(op: Any, base: Any, device: str) -> tuple[float, float]:
+    """Median time of ``op`` (ms) and its ratio to ``base``, interleaved and synchronised."""
+    for _ in range(3):
+        op(), base()
+    t_op, t_base = [], []
+    for _ in range(REPEATS):
+        _sync(device)
+        t0 = time.perf_counter()
+        base()
+        _sync(device)
+        t1 = time.perf_counter()
+        op()
+        _sync(device)
+        t2 = time.perf_counter()
+        t_base.append(t1 - t0)
+        t_op.append(t2 - t1)
+    t_op.sort()
+    t_base.sort()
+    return 1e3 * t_op[REPEATS // 2], t_op[REPEATS // 2] / t_base[REPEATS // 2]
+
+
+def time_on_device(device: str) -> None:
+    x = torch.from_numpy(np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32))
+    x = x.to(device)
+    if device == "cpu":
+        os.environ["CVFL_KERNEL_PATH"] = "torch"
+    print(f"  {'compressor':<40} {'c+d ms':>8} {'÷ clone':>8} {'rt ms':>8} {'÷ clone':>8}")
+    for comp in compressors():
+        cd = _median_ratio(lambda: comp.decompress(comp.compress(x, rng=1)), x.clone, device)
+        rt = _median_ratio(lambda: comp.roundtrip(x, rng=1), x.clone, device)
+        print(f"  {comp!r:<40.40} {cd[0]:8.2f} {cd[1]:8.1f} {rt[0]:8.2f} {rt[1]:8.1f}")
+    os.environ["CVFL_KERNEL_PATH"] = ""
+
+
+def cvfl_run(device: str) -> None:
+    from cvfl_sim.vfl.config import CVFLConfig
+    from cvfl_sim.vfl.data import load_dataset
+    from cvfl_sim.vfl.train import train
+
+    ds = load_dataset("digits-quadrants")
+    cfg: dict[str, Any] = dict(Q=3, epochs=4, compressor=ScalarQuantizer(3), eval_every=8)
+    cpu = train(ds, CVFLConfig(**cfg))
+    os.environ["CVFL_KERNEL_PATH"] = "torch" if device == "cpu" else ""
+    dev = train(ds, CVFLConfig(**cfg, device=device))
+    os.environ["CVFL_KERNEL_PATH"] = ""
+    print(
+        f"  {'round':>5} | {'loss cpu':>10} {'loss ' + device:>12} | {'acc cpu':>8} {'acc dev':>8}"
+    )
+    if device == "cpu":
+        print("  (the second run: the torch path on the CPU, so the histories must be equal)")
+    for a, b in zip(cpu.history, dev.history):
+        print(
+            f"  {a['round']:>5} | {a['train_loss']:10.6f} {b['train_loss']:12.6f} | "
+            f"{a['test_accuracy']:8.4f} {b['test_accuracy']:8.4f}"
+        )
+    same = cpu.rounds["bits"] == dev.rounds["bits"]
+    print(f"  bits on the wire, every round: {'equal' if same else 'DIFFERENT'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", help="cuda, cuda:i, or cpu (forced torch path)")
+    parser.add_argument("--skip-run", action="store_true", help="leave out the C-VFL run")
+    args = parser.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("no CUDA device: the GPU checks are skipped (run on a machine with one)")
+        return 0
+    if args.device.startswith("cuda"):
+        print(f"device: {torch.cuda.get_device_name(torch.device(args.device))}")
+    print("1. bytes of the torch path on the device against the compiled kernels on the CPU")
+    bad = check_bytes(args.device)
+    print("2. time / torch.clone on the device, (4096, 256) float32")
+    time_on_device(args.device)
+    if not args.skip_run:
+        print(f"3. C-VFL run, device={args.device!r} beside device='cpu'")
+        cvfl_run(args.device)
+    print(f"{bad} differing case(s)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
