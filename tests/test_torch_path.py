@@ -20,6 +20,8 @@ import sys
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cvfl_theory import _kernels
 from cvfl_theory._torch_stream import stream_words, words_to_halves
@@ -132,6 +134,31 @@ def test_torch_path_gives_the_kernels_bytes(dtype, shape, torch_path):
     for c in _COMPRESSORS:
         if getattr(c, "dither", False):
             assert digests[repr(c), 0] != digests[repr(c), 11]
+
+
+@given(
+    B=st.integers(1, 6),
+    P=st.integers(1, 40),
+    dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+    seed=st.integers(0, 2**63 - 2),
+    data_seed=st.integers(0, 2**32 - 1),
+    which=st.integers(0, len(_COMPRESSORS) - 1),
+)
+def test_torch_path_bytes_on_any_small_input(B, P, dtype, seed, data_seed, which):
+    comp = _COMPRESSORS[which]
+    if isinstance(comp, TopK) and comp.k is not None and comp.k > P:
+        comp = TopK(k=P, r=comp.r)
+    x = _data(np.random.default_rng(data_seed), (B, P), dtype)
+    with pytest.MonkeyPatch.context() as mp:
+
+        def force(on: bool) -> None:
+            if on:
+                mp.setenv("CVFL_KERNEL_PATH", "torch")
+            else:
+                mp.delenv("CVFL_KERNEL_PATH", raising=False)
+
+        ref, got = _both(comp, x, seed, force)
+    assert ref == got
 
 
 def _near_ties(
