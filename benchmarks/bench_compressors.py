@@ -33,7 +33,7 @@ swings between CPUs (cache sizes, memory bandwidth); the fraction says how much 
 time is above what the machine must spend anyway. Identity has no row: its message and output
 share the input's memory, so it moves nothing the floor could count.
 
-Last, the **torch path** (the compressors in torch, taken for tensors on an accelerator and forced
+Last, the **torch path** (the compressors in torch, taken for CUDA tensors and forced
 on the CPU with ``CVFL_KERNEL_PATH=torch``; the same bytes as the kernels): its time on a CPU tensor
 divided by the compiled kernels' time on the same tensor, interleaved in this process. It is
 reported, with no target: on a CPU it is a reference implementation, the kernels are the fast path.

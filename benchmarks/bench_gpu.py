@@ -27,6 +27,8 @@ import hashlib
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -43,6 +45,20 @@ from cvfl_theory.compressors import (
 
 SHAPE = (4096, 256)
 REPEATS = 15
+
+
+@contextmanager
+def torch_path(on: bool) -> Iterator[None]:
+    """``CVFL_KERNEL_PATH=torch`` (on) or unset (off) inside, restored on the way out."""
+    before = os.environ.pop("CVFL_KERNEL_PATH", None)
+    if on:
+        os.environ["CVFL_KERNEL_PATH"] = "torch"
+    try:
+        yield
+    finally:
+        os.environ.pop("CVFL_KERNEL_PATH", None)
+        if before is not None:
+            os.environ["CVFL_KERNEL_PATH"] = before
 
 
 def compressors() -> list[Compressor]:
@@ -92,10 +108,10 @@ def check_bytes(device: str) -> int:
                 if isinstance(comp, TopK) and comp.k is not None and comp.k > shape[1]:
                     continue
                 for seed in (0, 1, 2**40 + 3):
-                    os.environ["CVFL_KERNEL_PATH"] = "torch" if device == "cpu" else ""
-                    got = _sides(comp, x, seed, device)
-                    os.environ["CVFL_KERNEL_PATH"] = ""
-                    ref = _sides(comp, x, seed, "cpu")
+                    with torch_path(device == "cpu"):
+                        got = _sides(comp, x, seed, device)
+                    with torch_path(False):
+                        ref = _sides(comp, x, seed, "cpu")
                     cases += 1
                     bad += got != ref
                     digest.update(b"".join(ref))
@@ -134,14 +150,16 @@ def _median_ratio(op: Any, base: Any, device: str) -> tuple[float, float]:
 def time_on_device(device: str) -> None:
     x = torch.from_numpy(np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32))
     x = x.to(device)
-    if device == "cpu":
-        os.environ["CVFL_KERNEL_PATH"] = "torch"
+    with torch_path(device == "cpu"):
+        _time_cases(x, device)
+
+
+def _time_cases(x: Any, device: str) -> None:
     print(f"  {'compressor':<40} {'c+d ms':>8} {'÷ clone':>8} {'rt ms':>8} {'÷ clone':>8}")
     for comp in compressors():
         cd = _median_ratio(lambda: comp.decompress(comp.compress(x, rng=1)), x.clone, device)
         rt = _median_ratio(lambda: comp.roundtrip(x, rng=1), x.clone, device)
         print(f"  {comp!r:<40.40} {cd[0]:8.2f} {cd[1]:8.1f} {rt[0]:8.2f} {rt[1]:8.1f}")
-    os.environ["CVFL_KERNEL_PATH"] = ""
 
 
 def cvfl_run(device: str) -> None:
@@ -151,10 +169,10 @@ def cvfl_run(device: str) -> None:
 
     ds = load_dataset("digits-quadrants")
     cfg: dict[str, Any] = dict(Q=3, epochs=4, compressor=ScalarQuantizer(3), eval_every=8)
-    cpu = train(ds, CVFLConfig(**cfg))
-    os.environ["CVFL_KERNEL_PATH"] = "torch" if device == "cpu" else ""
-    dev = train(ds, CVFLConfig(**cfg, device=device))
-    os.environ["CVFL_KERNEL_PATH"] = ""
+    with torch_path(False):
+        cpu = train(ds, CVFLConfig(**cfg))
+    with torch_path(device == "cpu"):
+        dev = train(ds, CVFLConfig(**cfg, device=device))
     print(
         f"  {'round':>5} | {'loss cpu':>10} {'loss ' + device:>12} | {'acc cpu':>8} {'acc dev':>8}"
     )

@@ -98,41 +98,38 @@ def _gf2_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a.astype(np.int64) @ b.astype(np.int64) % 2).astype(np.uint8)
 
 
-@lru_cache(maxsize=8)
-def _jump_matrices(block: int, count: int) -> tuple[np.ndarray, ...]:
-    r""":math:`M^{2^i \cdot \text{block}}` for :math:`i = 0, \dots, \text{count} - 1`."""
-    base = np.eye(256, dtype=np.uint8)
-    sq = _one_step_matrix()
-    e = block
-    while e:  # M^block by binary powering
+def _gf2_power(m: np.ndarray, e: int) -> np.ndarray:
+    """``m ** e`` over GF(2) by binary powering."""
+    out = np.eye(256, dtype=np.uint8)
+    while e:
         if e & 1:
-            base = _gf2_matmul(base, sq)
+            out = _gf2_matmul(out, m)
         e >>= 1
         if e:
-            sq = _gf2_matmul(sq, sq)
-    out = [base]
-    for _ in range(count - 1):
-        out.append(_gf2_matmul(out[-1], out[-1]))
-    return tuple(out)
+            m = _gf2_matmul(m, m)
+    return out
 
 
-_DEVICE_CACHE: dict[tuple[str, int, int], Any] = {}
+#: :math:`M^{2^i L_b}` for ``i = 0, 1, ...`` (``L_b`` = :data:`BLOCK_STEPS`), grown on demand.
+_JUMPS: list[np.ndarray] = []
+#: The same, transposed, as float32 tensors, per device.
+_JUMPS_ON: dict[str, list[Any]] = {}
 
 
-def _jump_on(device: Any, block: int, count: int) -> list[Any]:
-    """The transposed jump matrices as float32 tensors on ``device`` (cached per device)."""
+def _jump(device: Any, i: int) -> Any:
+    r"""The transposed :math:`M^{2^i L_b}` as a float32 tensor on ``device`` (cached)."""
     import torch
 
-    mats = _jump_matrices(block, count)
-    out = []
-    for i, m in enumerate(mats):
-        key = (str(device), block, i)
-        t = _DEVICE_CACHE.get(key)
-        if t is None:
-            t = torch.from_numpy(m.T.astype(np.float32)).to(device)
-            _DEVICE_CACHE[key] = t
-        out.append(t)
-    return out
+    while len(_JUMPS) <= i:
+        _JUMPS.append(
+            _gf2_power(_one_step_matrix(), BLOCK_STEPS)
+            if not _JUMPS
+            else _gf2_matmul(_JUMPS[-1], _JUMPS[-1])
+        )
+    on = _JUMPS_ON.setdefault(str(device), [])
+    while len(on) <= i:
+        on.append(torch.from_numpy(_JUMPS[len(on)].T.astype(np.float32)).to(device))
+    return on[i]
 
 
 def _bit_positions(device: Any) -> Any:
@@ -179,19 +176,17 @@ def stream_words(seed: int, n: int, device: Any = "cpu") -> Any:
     steps = -(-n // LANES)
     if steps == 0:
         return torch.empty(0, dtype=torch.int64, device=device)
-    block = min(BLOCK_STEPS, steps)
+    block = min(BLOCK_STEPS, steps)  # one block (no jump) for a short stream
     nblocks = -(-steps // block)
-    count = max(1, (nblocks - 1).bit_length())
     states = torch.from_numpy(seed_lanes(seed)).to(device)  # (16, 4): block 0
-    filled = 1
-    for jump in _jump_on(device, block, count):
-        if filled >= nblocks:
-            break
+    filled, i = 1, 0
+    while filled < nblocks:  # blocks filled .. 2 filled - 1 from blocks 0 .. filled - 1
         take = min(filled, nblocks - filled)
         src = states[: take * LANES]
-        nxt = _from_bits(torch.remainder(_to_bits(src) @ jump, 2.0))
+        nxt = _from_bits(torch.remainder(_to_bits(src) @ _jump(device, i), 2.0))
         states = torch.cat([states, nxt])
         filled += take
+        i += 1
     s0, s1, s2, s3 = (states[:, i].clone() for i in range(4))  # (nblocks * 16,)
     out = torch.empty((block, nblocks * LANES), dtype=torch.int64, device=device)
     for k in range(block):

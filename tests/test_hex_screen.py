@@ -387,7 +387,7 @@ def test_adversarial_rows_sit_on_ties_and_match_the_definition(case, adversarial
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_adversarial_rows_on_the_torch_path(case, adversarial):
-    # the torch implementation (run for tensors on an accelerator) on the same tie-sitting rows
+    # the torch implementation (run for CUDA tensors) on the same tie-sitting rows
     import torch
 
     kw, data, seed, ref, marg, _ = adversarial[_case_id(case)]

@@ -1,6 +1,6 @@
 """The torch path of the compressors: the same bytes as the compiled kernels, on the CPU.
 
-The torch path (``cvfl_theory.compressors._torch_kernels``) runs for tensors on an accelerator;
+The torch path (``cvfl_theory.compressors._torch_kernels``) runs for CUDA tensors;
 ``CVFL_KERNEL_PATH=torch`` forces it for every tensor, which is how these tests run it on the CPU.
 A message's bytes do not say which path made them, so each check compresses the *same* tensor with
 the path forced and without it (the compiled kernels) and compares ``to_bytes()``, the
@@ -105,7 +105,7 @@ _COMPRESSORS = [
 def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: type) -> np.ndarray:
     x = rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 50.0], shape)
     x = x.astype(dtype)
-    if x.size > 3:  # a signed zero, a repeated value and a zero row minimum
+    if x.size > 3:  # a signed zero, a repeated value and its negative (a magnitude tie)
         x.flat[1] = -0.0
         x.flat[2] = x.flat[0]
         x.flat[3] = -x.flat[0]
@@ -221,6 +221,63 @@ def test_a_row_centred_on_zero_decides_its_midpoint_like_the_kernels(torch_path)
     for comp in (ScalarQuantizer(2, dither=False), ScalarQuantizer(2, range="minmax-tensor")):
         ref, got = _both(comp, x, 0, torch_path)
         assert ref == got
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [[0.0, -0.0, 1.0], [-1.0, -0.0, 0.0], [-1.0, -0.0, -0.0]],  # zero extremes of both signs
+        [[0.0, 1.0], [-0.0, 1.0]],  # the tensor's zero minimum: -0 in one row, +0 in another
+        [[-0.0, 1.0], [0.0, 1.0]],
+        [[-1.0, 0.0], [-1.0, -0.0]],  # its zero maximum
+        [[-0.0, -0.0], [0.0, 0.0]],
+    ],
+)
+@pytest.mark.parametrize("mode", ["minmax-row", "minmax-tensor"])
+def test_signed_zero_extremes_follow_the_kernels_order(rows, mode, torch_path):
+    # a range is sent as float32, so its zero's sign is on the wire: -0 is below +0 (the
+    # kernels compare a row's floats by their sortable integer keys), in a row and across rows
+    x = np.array(rows, np.float32)
+    for comp in (ScalarQuantizer(3, range=mode), HexLatticeQuantizer(2, range=mode)):
+        ref, got = _both(comp, x, 1, torch_path)
+        assert ref == got, f"{comp!r} on {rows}"
+    lo = ScalarQuantizer(3, range=mode).compress(x, rng=1).data["lo"]
+    hi = ScalarQuantizer(3, range=mode).compress(x, rng=1).data["hi"]
+    expect_lo = [min(r, key=lambda v: (v, not np.signbit(v))) for r in rows]
+    expect_hi = [max(r, key=lambda v: (v, not np.signbit(v))) for r in rows]
+    if mode == "minmax-tensor":
+        expect_lo = [min(expect_lo, key=lambda v: (v, not np.signbit(v)))]
+        expect_hi = [max(expect_hi, key=lambda v: (v, not np.signbit(v)))]
+    np.testing.assert_array_equal(np.signbit(lo), np.signbit(expect_lo))
+    np.testing.assert_array_equal(np.signbit(hi), np.signbit(expect_hi))
+
+
+def test_integer_and_strided_tensors_take_the_same_bytes(torch_path):
+    base = np.arange(-40, 44, dtype=np.int64).reshape(12, 7)
+    for comp in (ScalarQuantizer(3), HexLatticeQuantizer(2), TopK(k=3), Identity()):
+        out = []
+        for on in (False, True):
+            torch_path(on)
+            t = torch.from_numpy(base)
+            strided = torch.from_numpy(base.astype(np.float32).T.copy()).T  # not contiguous
+            out.append(
+                [
+                    comp.compress(t, rng=2).to_bytes(),
+                    comp.roundtrip(strided[:, ::2], rng=2).numpy().tobytes(),
+                ]
+            )
+        torch_path(False)
+        assert out[0] == out[1], repr(comp)
+
+
+def test_a_bool_tensor_is_refused_alike(torch_path):
+    messages = []
+    for on in (False, True):
+        torch_path(on)
+        with pytest.raises(TypeError) as err:
+            ScalarQuantizer(3).compress(torch.ones(2, 2, dtype=torch.bool))
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
 
 
 def test_topk_ties_across_the_cut_keep_the_lower_columns(torch_path):

@@ -136,6 +136,22 @@ def check_sent_range(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
         )
 
 
+def tensor_range(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The tensor's range from its rows' ranges, ``(1,)`` each, with :math:`-0 < +0`.
+
+    As the kernels order floats within a row (by their sortable integer keys): the smallest of
+    ``lo`` is ``-0.0`` if it is a zero and some row has ``lo = -0.0``; the largest of ``hi`` is
+    ``+0.0`` if it is a zero and some row has ``hi = +0.0`` (numpy's ``min``/``max`` return
+    either zero, depending on the order).
+    """
+    mn, mx = lo.min(), hi.max()
+    if mn == 0.0:
+        mn = -0.0 if bool(np.any((lo == 0.0) & np.signbit(lo))) else 0.0
+    if mx == 0.0:
+        mx = 0.0 if bool(np.any((hi == 0.0) & ~np.signbit(hi))) else -0.0
+    return np.array([mn], dtype=np.float64), np.array([mx], dtype=np.float64)
+
+
 def data_range(a: np.ndarray, spec: tuple[float, float] | str) -> tuple[np.ndarray, np.ndarray]:
     """``(lo, hi)`` the quantizer uses for ``a``, float64 arrays.
 
@@ -145,7 +161,7 @@ def data_range(a: np.ndarray, spec: tuple[float, float] | str) -> tuple[np.ndarr
         return row_ranges(a)
     if spec == "minmax-tensor":
         lo, hi = row_ranges(a)  # outward rounding is monotone: min of the rounded = rounded min
-        return lo.min(keepdims=True), hi.max(keepdims=True)
+        return tensor_range(lo, hi)
     assert not isinstance(spec, str)
     return np.array([float(spec[0])]), np.array([float(spec[1])])
 

@@ -1,6 +1,6 @@
 r"""The compressors' kernels in torch: the compiled kernels' arithmetic on any device.
 
-Used for tensors on an accelerator, and for every tensor when ``CVFL_KERNEL_PATH=torch``
+Used for CUDA tensors, and for every tensor when ``CVFL_KERNEL_PATH=torch``
 (:func:`uses_torch_path`). Each function does what its compiled counterpart in
 :mod:`cvfl_theory._kernels` does, with the same float64 operations in the same order, each one a
 separate correctly rounded torch operation (no fused multiply-add: torch runs ``a * b + c`` as two
@@ -40,6 +40,7 @@ from ..lattice import SQRT3
 __all__ = [
     "uses_torch_path",
     "row_ranges",
+    "tensor_range",
     "scalar_quantize",
     "scalar_dequantize",
     "hex_dither",
@@ -54,7 +55,10 @@ _TWO_M32 = 2.0**-32
 
 
 def uses_torch_path(x: Any) -> bool:
-    """True for a tensor on an accelerator, or any tensor with ``CVFL_KERNEL_PATH=torch``.
+    """True for a CUDA tensor, or any tensor with ``CVFL_KERNEL_PATH=torch``.
+
+    Other devices (e.g. ``mps``, which has no float64) keep the compiled kernels: their tensors
+    are copied to the host and back.
 
     ``x`` is the data, or the :class:`~cvfl_theory._backend.ArrayKind` of a message's original.
     """
@@ -66,7 +70,7 @@ def uses_torch_path(x: Any) -> bool:
         device = x.device.type
     else:
         return False
-    return device.split(":")[0] != "cpu" or os.environ.get("CVFL_KERNEL_PATH") == "torch"
+    return device.split(":")[0] == "cuda" or os.environ.get("CVFL_KERNEL_PATH") == "torch"
 
 
 def _torch() -> Any:
@@ -85,23 +89,36 @@ def _f32_outward(v: Any, down: bool) -> Any:
     return torch.where(fd < v, torch.nextafter(f, f.new_tensor(float("inf"))), f).double()
 
 
+def _key_extremes(v: Any, dim: int, keepdim: bool = False) -> tuple[Any, Any]:
+    """Smallest and largest of ``v`` along ``dim`` in the kernels' order, where -0 < +0.
+
+    ``amin``/``amax`` may return either zero: a zero minimum is ``-0.0`` if a ``-0.0`` is there,
+    a zero maximum ``+0.0`` if a ``+0.0`` is there.
+    """
+    torch = _torch()
+    mn = v.amin(dim=dim, keepdim=keepdim)
+    mx = v.amax(dim=dim, keepdim=keepdim)
+    zero = v == 0
+    neg_zero = (zero & torch.signbit(v)).any(dim=dim, keepdim=keepdim)
+    pos_zero = (zero & ~torch.signbit(v)).any(dim=dim, keepdim=keepdim)
+    mn = torch.where(mn == 0, torch.where(neg_zero, -0.0, 0.0).to(mn.dtype), mn)
+    mx = torch.where(mx == 0, torch.where(pos_zero, 0.0, -0.0).to(mx.dtype), mx)
+    return mn, mx
+
+
 def row_ranges(x: Any) -> tuple[Any, Any]:
     """The sent min-max range of every row of the ``(B, P)`` float tensor ``x``: float64 ``(B,)``.
 
-    As the kernels compare floats by their sortable integer keys, :math:`-0` is below
-    :math:`+0`: a row whose smallest value is zero has ``lo = -0.0`` if it holds a ``-0.0``, and
-    ``hi = +0.0`` if its largest value is zero and it holds a ``+0.0``.
+    The row's extremes in the kernels' order (:func:`_key_extremes`), rounded outwards to
+    float32.
     """
-    torch = _torch()
-    mn = x.amin(dim=1)
-    mx = x.amax(dim=1)
-    zero = x == 0
-    neg_zero = (zero & torch.signbit(x)).any(dim=1)
-    pos_zero = (zero & ~torch.signbit(x)).any(dim=1)
-    mn = torch.where((mn == 0) & neg_zero, torch.full_like(mn, -0.0), mn)
-    mx = torch.where((mx == 0) & pos_zero, torch.zeros_like(mx), mx)
-    mx = torch.where((mx == 0) & ~pos_zero, torch.full_like(mx, -0.0), mx)
+    mn, mx = _key_extremes(x, 1)
     return _f32_outward(mn.double(), True), _f32_outward(mx.double(), False)
+
+
+def tensor_range(lo: Any, hi: Any) -> tuple[Any, Any]:
+    """The tensor's range ``(1,)`` from its rows' ranges (as ``_common.tensor_range``)."""
+    return _key_extremes(lo, 0, True)[0], _key_extremes(hi, 0, True)[1]
 
 
 def _dither(seed: int, n: int, device: Any) -> Any:

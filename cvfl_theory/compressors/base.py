@@ -244,7 +244,7 @@ def as_tensor_matrix(
 
     t = checked_tensor(x, name)
     if t.dtype == torch.bool:
-        raise TypeError(f"{name} must hold real numbers (float16/32/64), got dtype {t.dtype}")
+        raise TypeError(f"{name} must hold real numbers (float16/32/64), got dtype bool")
     if not t.dtype.is_floating_point:
         t = t.to(torch.float64)
     if t.ndim not in (1, 2):
@@ -568,7 +568,7 @@ class Compressor(ABC):
     name: ClassVar[str] = ""
     _has_torch_path: ClassVar[bool] = False
     """True if the compressor has a torch path (``_compress_torch``, ``_decompress_torch``),
-    taken for tensors on an accelerator and, with ``CVFL_KERNEL_PATH=torch``, for every tensor."""
+    taken for CUDA tensors and, with ``CVFL_KERNEL_PATH=torch``, for every tensor."""
     _checks_finite: ClassVar[bool] = False
     """True if ``_compress``/``_roundtrip`` raise on NaN/inf themselves (from reductions they
     compute anyway), so :meth:`compress` can skip the separate full scan of :func:`as_matrix`."""

@@ -283,7 +283,8 @@ class RangeQuantizer(Compressor):
         """The torch kernel of :meth:`_quantize`: ``(indices, dither or None, clipped count)``.
 
         ``x`` is a finite float32/float64 ``(B, P)`` tensor, ``lo``/``hi`` float64 tensors of 1
-        or ``B`` values; ``clamp``: a given range (entries clamped into it and counted).
+        or ``B`` values; ``clamp``: entries are clamped into the range and counted (every mode
+        but ``"minmax-row"``, whose rows lie in their own range).
         """
         raise NotImplementedError
 
@@ -312,7 +313,7 @@ class RangeQuantizer(Compressor):
             if not bool(torch.isfinite(lo).all() and torch.isfinite(hi).all()):
                 check_sent_range(x.cpu().numpy(), lo.cpu().numpy(), hi.cpu().numpy())
             if self.range == "minmax-tensor":
-                lo, hi = lo.amin(dim=0, keepdim=True), hi.amax(dim=0, keepdim=True)
+                lo, hi = tk.tensor_range(lo, hi)
         else:
             lo, hi = (
                 torch.tensor([float(v)], dtype=torch.float64, device=x.device) for v in self.range
