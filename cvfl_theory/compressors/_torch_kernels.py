@@ -39,6 +39,7 @@ from ..lattice import SQRT3
 
 __all__ = [
     "uses_torch_path",
+    "kernel_input",
     "row_ranges",
     "tensor_range",
     "scalar_quantize",
@@ -77,6 +78,11 @@ def _torch() -> Any:
     import torch
 
     return torch
+
+
+def kernel_input(t: Any) -> Any:
+    """``t`` as float32/float64 (float16 to float32, exactly), as ``_common.kernel_input``."""
+    return t.float() if t.dtype == _torch().float16 else t
 
 
 def _f32_outward(v: Any, down: bool) -> Any:

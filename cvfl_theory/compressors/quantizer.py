@@ -305,7 +305,7 @@ class RangeQuantizer(Compressor):
         """
         import torch
 
-        x = t if t.dtype != torch.float16 else t.float()  # as kernel_input: float16 exactly
+        x = tk.kernel_input(t)
         if not bool(torch.isfinite(x).all()):
             raise_not_finite(x.cpu().numpy(), "x")
         if isinstance(self.range, str):

@@ -159,14 +159,14 @@ class TopK(Compressor):
         vals = np.empty((B, k), a.dtype)
         if _kernels.topk_select(a, type_code(a), B, P, k, cols, vals):
             raise_not_finite(a, "x")
-        return (
-            {
-                "idx": cols.astype(_index_dtype(P)),
-                "values": check_fits_float(vals, self.r, "x", False),
-            },
-            None,
-            0,
-        )
+        return self._fields(cols, vals, P), None, 0
+
+    def _fields(self, cols: np.ndarray, vals: np.ndarray, P: int) -> dict[str, np.ndarray]:
+        """The payload fields of the kept columns and values (refusing an ``r``-bit overflow)."""
+        return {
+            "idx": cols.astype(_index_dtype(P)),
+            "values": check_fits_float(vals, self.r, "x", False),
+        }
 
     def _decompress(
         self,
@@ -186,21 +186,12 @@ class TopK(Compressor):
     def _compress_torch(
         self, t: Any, rng: RNGLike
     ) -> tuple[dict[str, np.ndarray], int | None, int]:
-        import torch
-
-        x = t if t.dtype != torch.float16 else t.float()  # as kernel_input: float16 exactly
-        B, P = x.shape
+        x = tk.kernel_input(t)
+        P = x.shape[1]
         cols, vals, bad = tk.topk_select(x, self.k_for(P))
         if bad:
             raise_not_finite(x.cpu().numpy(), "x")
-        return (
-            {
-                "idx": cols.cpu().numpy().astype(_index_dtype(P)),
-                "values": check_fits_float(vals.cpu().numpy(), self.r, "x", False),
-            },
-            None,
-            0,
-        )
+        return self._fields(cols.cpu().numpy(), vals.cpu().numpy(), P), None, 0
 
     def _decompress_torch(
         self,
