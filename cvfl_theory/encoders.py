@@ -450,9 +450,10 @@ class IndependentEncoder(Encoder):
         self, gen: np.random.Generator, i: int, x: np.ndarray, centre: float
     ) -> np.ndarray:
         r = self._row_p(i)
+        # p was checked on construction, d by the encoding
         if isinstance(r, float):
-            return bernoulli_support(gen, r, x.shape[0])
-        return bernoulli_support_varying(gen, r, validate=False)  # p checked on construction
+            return bernoulli_support(gen, r, x.shape[0], validate=False)
+        return bernoulli_support_varying(gen, r, validate=False)
 
     def _rows_checked_in_pass(self, Xn: np.ndarray) -> bool:
         return (
@@ -555,7 +556,7 @@ class FixedSizeEncoder(Encoder):
         return int(self.k[i]) if self.k.ndim else int(self.k)
 
     def _support(self, gen, i, x, centre):
-        return k_subset_support(gen, self._node_k(i), x.shape[0])
+        return k_subset_support(gen, self._node_k(i), x.shape[0], validate=False)  # k checked
 
     def _values(self, x_sel, idx, i, x, centre):
         k = self._node_k(i)

@@ -84,7 +84,9 @@ def _generator(seed: int | np.random.Generator) -> np.random.Generator:
     return seed
 
 
-def bernoulli_support(seed: int | np.random.Generator, p: float, d: int) -> np.ndarray:
+def bernoulli_support(
+    seed: int | np.random.Generator, p: float, d: int, *, validate: bool = True
+) -> np.ndarray:
     r"""Indices selected independently with probability ``p``, drawn via geometric gaps.
 
     If :math:`G_1, G_2, \dots` are i.i.d. geometric on :math:`\{1, 2, \dots\}` with success
@@ -102,6 +104,10 @@ def bernoulli_support(seed: int | np.random.Generator, p: float, d: int) -> np.n
         Selection probability in ``(0, 1]``.
     d : int
         Dimension.
+    validate : bool
+        ``False`` skips the checks of ``p`` and ``d`` (then a float in ``(0, 1]`` and an int in
+        ``[1, 2**53]``), for callers that have made them once (the encoders, at every node of
+        every encoding).
 
     Returns
     -------
@@ -114,8 +120,9 @@ def bernoulli_support(seed: int | np.random.Generator, p: float, d: int) -> np.n
     >>> bool(np.array_equal(a, bernoulli_support(7, 0.25, 20)))
     True
     """
-    p = check_real(p, "p", 0.0, 1.0, low_open=True)
-    d = check_int_in_range(d, "d", 1, 2**53)
+    if validate:
+        p = check_real(p, "p", 0.0, 1.0, low_open=True)
+        d = check_int_in_range(d, "d", 1, 2**53)
     if p >= 1.0:
         return np.arange(d, dtype=np.int64)
     gen = _generator(seed)
@@ -157,10 +164,17 @@ def bernoulli_support_varying(
     return np.flatnonzero(gen.random(p.shape[0]) < p).astype(np.int64)
 
 
-def k_subset_support(seed: int | np.random.Generator, k: int, d: int) -> np.ndarray:
-    """A uniformly random ``k``-subset of ``{0, ..., d-1}``, sorted (K2); ``1 <= k``, ``1 <= d``."""
-    d = check_int_in_range(d, "d", 1, 2**53)
-    k = check_int_in_range(k, "k", 1, 2**53)
+def k_subset_support(
+    seed: int | np.random.Generator, k: int, d: int, *, validate: bool = True
+) -> np.ndarray:
+    """A uniformly random ``k``-subset of ``{0, ..., d-1}``, sorted (K2); ``1 <= k``, ``1 <= d``.
+
+    ``validate=False`` skips the checks of ``k`` and ``d`` (then ints in ``[1, 2**53]``), for
+    callers that have made them once (the encoders).
+    """
+    if validate:
+        d = check_int_in_range(d, "d", 1, 2**53)
+        k = check_int_in_range(k, "k", 1, 2**53)
     if k >= d:
         return np.arange(d, dtype=np.int64)
     gen = _generator(seed)

@@ -27,6 +27,7 @@ from cvfl_sim.experiments.sweep import (
     _pool,
     run_specs,
     start_workers,
+    worker_pool,
 )
 from cvfl_sim.vfl.progress import progress_bar
 from cvfl_sim.vfl.results import RunResult
@@ -219,6 +220,40 @@ def test_workers_started_for_a_command_stop_when_its_sweep_ends(tmp_path):
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not _alive(pid)  # killed after the sweep, not left to exit with the command
+
+
+class _WritesWhenTornDown:
+    def __init__(self, path):
+        self.path = path
+
+    def __del__(self, open=open):  # bound now: the builtins may be gone in the teardown
+        with open(self.path, "w") as fh:
+            fh.write("torn down")
+
+
+def _exit_handler_writes(path):
+    import atexit
+
+    def write():
+        with open(path, "w") as fh:
+            fh.write("ran")
+
+    atexit.register(write)
+    json.cvfl_test_object = _WritesWhenTornDown(path + ".teardown")  # freed in the teardown only
+    print("written by a worker, no newline", end="")  # flushed at the quick exit
+    return os.getpid()
+
+
+def test_worker_exit_skips_teardown_but_runs_the_tasks_exit_handlers(tmp_path, capfd):
+    path = tmp_path / "handler.txt"
+    pool = worker_pool(1)
+    with _pickled_by_value():
+        pid = pool.submit(_exit_handler_writes, str(path)).result()
+    pool.shutdown(wait=True)
+    assert not _alive(pid)
+    assert path.read_text() == "ran"  # handlers registered after the quick exit's still run
+    assert not (tmp_path / "handler.txt.teardown").exists()  # the module teardown was skipped
+    assert "written by a worker, no newline" in capfd.readouterr().out
 
 
 def _fail_on_first(spec):

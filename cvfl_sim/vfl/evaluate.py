@@ -3,7 +3,7 @@ r"""Evaluation of the uncompressed model: full training loss, test accuracy and 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -11,7 +11,7 @@ from torch import nn
 
 from .data import VerticalDataset
 
-__all__ = ["evaluate", "f1_score", "forward"]
+__all__ = ["EvalData", "eval_data", "evaluate", "f1_score", "forward"]
 
 
 def f1_score(y: np.ndarray, pred: np.ndarray, n_classes: int) -> float:
@@ -35,23 +35,45 @@ def forward(parties: Sequence[nn.Module], server: nn.Module, X: Sequence[torch.T
     return server(torch.cat([p(x) for p, x in zip(parties, X)], dim=1))
 
 
+class EvalData(NamedTuple):
+    """The data :func:`evaluate` reads, as tensors on the models' device."""
+
+    train_parts: list[torch.Tensor]
+    test_parts: list[torch.Tensor]
+    y_train: torch.Tensor
+
+
+def eval_data(dataset: VerticalDataset, dtype: torch.dtype, device: torch.device) -> EvalData:
+    """``dataset``'s training parts, test parts and training labels as tensors on ``device``.
+
+    Made once per run and passed to every :func:`evaluate` of it (the conversion was a tenth of
+    an evaluation of the small models).
+    """
+    return EvalData(
+        [torch.as_tensor(p, dtype=dtype, device=device) for p in dataset.train_parts],
+        [torch.as_tensor(p, dtype=dtype, device=device) for p in dataset.test_parts],
+        torch.as_tensor(dataset.y_train, device=device),
+    )
+
+
 def evaluate(
     parties: Sequence[nn.Module],
     server: nn.Module,
     dataset: VerticalDataset,
     dtype: torch.dtype = torch.float32,
     grad_norm: bool = False,
+    data: EvalData | None = None,
 ) -> dict[str, float | None]:
     r"""Full training loss :math:`F(\Theta)`, test accuracy and F1 of the uncompressed model.
 
     With ``grad_norm`` also :math:`\|\nabla F(\Theta)\|^2` over all blocks (C4). The data go to
-    the server model's device (:attr:`~cvfl_sim.vfl.config.CVFLConfig.device`).
+    the server model's device (:attr:`~cvfl_sim.vfl.config.CVFLConfig.device`); ``data``, from
+    :func:`eval_data` with the same ``dtype`` and device, gives them already converted.
     """
     params = [q for m in [*parties, server] for q in m.parameters()]
-    dev = params[-1].device  # the server's (it has parameters: checked by setup_run)
-    Xtr = [torch.as_tensor(p, dtype=dtype, device=dev) for p in dataset.train_parts]
-    Xte = [torch.as_tensor(p, dtype=dtype, device=dev) for p in dataset.test_parts]
-    ytr = torch.as_tensor(dataset.y_train, device=dev)
+    if data is None:
+        data = eval_data(dataset, dtype, params[-1].device)  # the server's (it has parameters)
+    Xtr, Xte, ytr = data
     g2: float | None = None
     if grad_norm:
         loss = nn.functional.cross_entropy(forward(parties, server, Xtr), ytr)

@@ -19,7 +19,7 @@ from torch import nn
 from .checkpoint import array_layout, read_checkpoint, write_checkpoint
 from .config import CVFLConfig, RunSetup, resolve_device
 from .data import VerticalDataset
-from .evaluate import evaluate
+from .evaluate import EvalData, eval_data, evaluate
 from .ledger import BitLedger, RoundBits, nominal_bits, paper_cost_model, round_bits
 from .models import count_parameters
 from .results import RunResult
@@ -190,6 +190,7 @@ class RunRecord:
 
     def __init__(self, s: RunSetup, dataset: VerticalDataset, config: CVFLConfig) -> None:
         self.s, self.dataset, self.config = s, dataset, config
+        self.eval_data: EvalData | None = None  # the data as tensors, made at the first row
         self.theta0_size = count_parameters(s.server)  # |θ_0|, fixed
         self.ledger = BitLedger()
         self.log: dict[str, list[Any]] = {k: [] for k in _LOG_KEYS}
@@ -256,7 +257,12 @@ class RunRecord:
         """
         config, dataset, rpe = self.config, self.dataset, self.s.rounds_per_epoch
         row: dict[str, Any] = {"epoch": r / rpe, "round": r}
-        row.update(evaluate(parties, server, dataset, self.s.dtype, config.track_grad_norm))
+        if self.eval_data is None:  # the server's device (it has parameters: setup_run)
+            device = next(server.parameters()).device
+            self.eval_data = eval_data(dataset, self.s.dtype, device)
+        row.update(
+            evaluate(parties, server, dataset, self.s.dtype, config.track_grad_norm, self.eval_data)
+        )
         row["bits"] = self.ledger.total
         row["bits_paper_model"] = self.ledger.total_paper
         if self.err_since:
