@@ -59,7 +59,9 @@ def mse_over_n(mp: pytest.MonkeyPatch) -> None:
 def sampler_095p(mp: pytest.MonkeyPatch) -> None:
     """The Bernoulli samplers draw with 0.95 p (the values are still scaled by 1/p)."""
     fixed, varying = encoders.bernoulli_support, encoders.bernoulli_support_varying
-    mp.setattr(encoders, "bernoulli_support", lambda seed, p, d: fixed(seed, 0.95 * p, d))
+    mp.setattr(
+        encoders, "bernoulli_support", lambda seed, p, d, **kw: fixed(seed, 0.95 * p, d, **kw)
+    )
     mp.setattr(
         encoders, "bernoulli_support_varying", lambda seed, p, **kw: varying(seed, 0.95 * p, **kw)
     )
@@ -74,7 +76,7 @@ def encoder_095p(mp: pytest.MonkeyPatch) -> None:
 def k_subset_biased(mp: pytest.MonkeyPatch) -> None:
     """The k-subset sampler favours index 0 (weight 1.5 against 1)."""
 
-    def biased(seed: np.random.Generator, k: int, d: int) -> np.ndarray:
+    def biased(seed: np.random.Generator, k: int, d: int, *, validate: bool = True) -> np.ndarray:
         w = np.ones(d)
         w[0] = 1.5
         pick = np.random.default_rng(seed).choice(d, size=k, replace=False, p=w / w.sum())
