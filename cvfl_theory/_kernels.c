@@ -35,8 +35,8 @@
  * end. Only GCC/clang pragmas are used for the per-path targets (no target_clones, which clang
  * 14 supports only partly); other compilers get the portable path alone. Intrinsics
  * (immintrin.h) appear only in hot loops on the x86 paths -- the scalar quantizer's sq_vec and
- * sdq_vec, the hexagonal quantizer's X86_VEC loops: the same operations, in the same order, as
- * the plain C loops the portable path runs. One exception, which changes no bit either: on AVX2
+ * sdq_vec, the hexagonal quantizer's X86_VEC loops, top-k's AVX-512 counts: the same
+ * operations, in the same order, as the plain C loops the portable path runs. One exception, which changes no bit either: on AVX2
  * the hexagonal quantizer's nearest point is first found in float32 and kept only where an
  * error bound certifies the float64 code's decisions (hex_screen_f32); every other pair is
  * computed by the float64 code.
@@ -757,16 +757,17 @@ static PyObject *py_topk_select(PyObject *self, PyObject *args) {
     if (get_buffer(xo, &xv, 0, xt, B * P, "x", 0) < 0) goto done;
     if (get_buffer(colso, &cv, 1, T_I32, B * k, "cols", 0) < 0) goto done;
     if (get_buffer(valso, &vv, 1, xt, B * k, "vals", 0) < 0) goto done;
-    /* keys (8P bytes), flags (P rounded up to 64, zero padded), 16-bit keys (2P bytes) */
-    Py_ssize_t nflags = (P + 63) / 64 * 64;
-    keys = PyMem_RawMalloc((size_t)(8 * P + nflags + 2 * P));
+    /* keys (8 bytes each), flags, 16-bit keys: P of each rounded up to 64 (PAD64; the kernel
+       zeroes the keys' pads) */
+    Py_ssize_t np = (P + 63) / 64 * 64;
+    keys = PyMem_RawMalloc((size_t)(8 * np + np + 2 * np));
     if (keys == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    uint8_t *sel = (uint8_t *)keys + 8 * P;
-    uint16_t *k16 = (uint16_t *)(sel + nflags);
-    memset(sel, 0, (size_t)nflags);
+    uint8_t *sel = (uint8_t *)keys + 8 * np;
+    uint16_t *k16 = (uint16_t *)(sel + np);
+    memset(sel, 0, (size_t)np);
     int64_t bad = 0;
     Py_BEGIN_ALLOW_THREADS
     if (xt == T_F32)
@@ -2561,27 +2562,122 @@ static inline uint64_t K(PACK8)(const uint8_t *p) {
 #endif
 }
 
+/* Counts and flags over blocks of 64 keys. The key arrays are zero-padded to a multiple of 64
+   (PAD64) and every threshold counted is >= 1, so the pads never count. */
+#define PAD64(n) (((n) + 63) / 64 * 64)
+
+/* count_ge_*(a, n, t) = #{i < n : a[i] >= t} (n a multiple of 64). AVX-512 compares a vector
+   of keys into a mask register and adds its popcount: the compiler's loop on an unknown n kept
+   vector counters and summed them across lanes at every level of the descent (about 1.4x
+   slower, measured). On AVX2 the compiler's loop is the faster (movemask and popcount measured
+   1.2x slower there). */
+#if X86_VEC && VL == 8
+#define COUNT_BODY(LANES, SET1, CMPMASK)                                                        \
+    const __m512i tv = SET1(t);                                                                \
+    Py_ssize_t n0 = 0, n1 = 0;                                                                 \
+    for (Py_ssize_t i = 0; i < n; i += 2 * LANES) {                                            \
+        n0 += __builtin_popcountll((uint64_t)CMPMASK(_mm512_loadu_si512(a + i), tv));          \
+        n1 += __builtin_popcountll((uint64_t)CMPMASK(_mm512_loadu_si512(a + i + LANES), tv));  \
+    }                                                                                          \
+    return n0 + n1;
+#define GE_U16(x, tv) _mm512_cmpge_epu16_mask(x, tv)
+#define GE_I32(x, tv) _mm512_cmpge_epi32_mask(x, tv)
+#define GE_I64(x, tv) _mm512_cmpge_epi64_mask(x, tv)
+#define SET_U16(v) _mm512_set1_epi16((short)(v))
+#define SET_I32(v) _mm512_set1_epi32(v)
+#define SET_I64(v) _mm512_set1_epi64(v)
+#define COUNT_U16 COUNT_BODY(32, SET_U16, GE_U16)
+#define COUNT_I32 COUNT_BODY(16, SET_I32, GE_I32)
+#define COUNT_I64 COUNT_BODY(8, SET_I64, GE_I64)
+#else
+/* the compiler's loop; a count as wide as the keys (P <= 65535 for the 16-bit ones) lets it
+   add the comparisons' lanes without widening them */
+#define COUNT_PLAIN(CT)                                                                        \
+    CT cnt = 0;                                                                                \
+    for (Py_ssize_t i = 0; i < n; i++) cnt += (CT)(a[i] >= t);                                 \
+    return (Py_ssize_t)cnt;
+#define COUNT_U16 COUNT_PLAIN(uint16_t)
+#define COUNT_I32 COUNT_PLAIN(int32_t)
+#define COUNT_I64 COUNT_PLAIN(int32_t)
+#endif
+
+static ALWAYS_INLINE Py_ssize_t K(count_ge_u16)(const uint16_t *a, Py_ssize_t n, uint16_t t) {
+    COUNT_U16
+}
+static ALWAYS_INLINE Py_ssize_t K(count_ge_i32)(const int32_t *a, Py_ssize_t n, int32_t t) {
+    COUNT_I32
+}
+static ALWAYS_INLINE Py_ssize_t K(count_ge_i64)(const int64_t *a, Py_ssize_t n, int64_t t) {
+    COUNT_I64
+}
+#undef COUNT_BODY
+#undef COUNT_PLAIN
+#undef COUNT_U16
+#undef COUNT_I32
+#undef COUNT_I64
+#undef GE_U16
+#undef GE_I32
+#undef GE_I64
+#undef SET_U16
+#undef SET_I32
+#undef SET_I64
+
+/* The flags key >= t of keys a[0..63] as the bits of an integer (key i -> bit i). */
+static ALWAYS_INLINE uint64_t K(ge_bits_i32)(const int32_t *a, int32_t t, uint8_t *sel) {
+#if X86_VEC && VL == 8
+    const __m512i tv = _mm512_set1_epi32(t);
+    (void)sel;
+    uint64_t bits = 0;
+    for (int i = 0; i < 4; i++)
+        bits |= (uint64_t)_mm512_cmpge_epi32_mask(_mm512_loadu_si512(a + 16 * i), tv) << (16 * i);
+    return bits;
+#else
+    for (int i = 0; i < 64; i++) sel[i] = (uint8_t)(a[i] >= t);
+    uint64_t bits = 0;
+    for (int i = 0; i < 8; i++) bits |= K(PACK8)(sel + 8 * i) << (8 * i);
+    return bits;
+#endif
+}
+
+static ALWAYS_INLINE uint64_t K(ge_bits_i64)(const int64_t *a, int64_t t, uint8_t *sel) {
+#if X86_VEC && VL == 8
+    const __m512i tv = _mm512_set1_epi64(t);
+    (void)sel;
+    uint64_t bits = 0;
+    for (int i = 0; i < 8; i++)
+        bits |= (uint64_t)_mm512_cmpge_epi64_mask(_mm512_loadu_si512(a + 8 * i), tv) << (8 * i);
+    return bits;
+#else
+    for (int i = 0; i < 64; i++) sel[i] = (uint8_t)(a[i] >= t);
+    uint64_t bits = 0;
+    for (int i = 0; i < 8; i++) bits |= K(PACK8)(sel + 8 * i) << (8 * i);
+    return bits;
+#endif
+}
+
 /* Descend the key bits bit .. LOW: the largest T (a prefix, in units of 2^LOW) with
-   #{KEYS >= T} >= k; stop with exact = 1 as soon as exactly k keys are >= T. */
-#define DESCEND(KEYS, TT, CT, T, LOW)                                                           \
+   #{KEYS >= T} >= k; stop with exact = 1 as soon as exactly k keys are >= T. The choice at
+   each level is a select, not a branch: it goes either way about half the time. (Two bits per
+   pass, three thresholds, measured slower on AVX-512 and AVX2.) */
+#define DESCEND(COUNT, KEYS, TT, T, LOW)                                                        \
     for (; bit >= (LOW); bit--) {                                                              \
         TT cand = (TT)((T) | ((TT)1 << (bit - (LOW))));                                        \
-        CT cnt = 0;                                                                            \
-        for (Py_ssize_t c = 0; c < P; c++) cnt += (CT)((KEYS)[c] >= cand);                     \
-        if (cnt >= k) {                                                                        \
-            (T) = cand;                                                                        \
-            if (cnt == k) {                                                                    \
-                exact = 1;                                                                     \
-                break;                                                                         \
-            }                                                                                  \
+        Py_ssize_t cnt = COUNT(KEYS, Pp, cand);                                                \
+        (T) = cnt >= k ? cand : (T);                                                           \
+        if (cnt == k) {                                                                        \
+            exact = 1;                                                                         \
+            break;                                                                             \
         }                                                                                      \
     }
 
-#define DEFINE_TOPK(NAME, XT, KT, UKT, NBITS, SHIFT, EXPMASK)                                   \
+/* keys: PAD64(P) entries, k16: PAD64(P), sel: PAD64(P) zero bytes (the caller's buffers) */
+#define DEFINE_TOPK(NAME, XT, KT, UKT, NBITS, SHIFT, EXPMASK, COUNTK, GEBITS)                    \
     static int64_t NAME(const XT *x, Py_ssize_t B, Py_ssize_t P, Py_ssize_t k, KT *keys,       \
                         uint16_t *k16, uint8_t *sel, int32_t *cols, XT *vals) {                \
         const UKT mask = ((UKT)1 << (NBITS - 1)) - 1;                                          \
+        const Py_ssize_t Pp = PAD64(P);                                                        \
         int64_t bad_rows = 0; /* rows holding NaN or inf: their largest key is >= EXPMASK */   \
+        for (Py_ssize_t c = P; c < Pp; c++) keys[c] = 0, k16[c] = 0;                           \
         for (Py_ssize_t b = 0; b < B; b++) {                                                   \
             const XT *r = x + b * P;                                                           \
             const UKT *ru = (const UKT *)r;                                                    \
@@ -2601,19 +2697,18 @@ static inline uint64_t K(PACK8)(const uint8_t *p) {
                 /* the bits above SHIFT on 16-bit keys: twice the lanes per vector */          \
                 for (Py_ssize_t c = 0; c < P; c++) k16[c] = (uint16_t)(keys[c] >> SHIFT);      \
                 uint16_t T16 = 0;                                                              \
-                DESCEND(k16, uint16_t, uint16_t, T16, SHIFT);                                  \
+                DESCEND(K(count_ge_u16), k16, uint16_t, T16, SHIFT);                           \
                 T = (KT)T16 << SHIFT;                                                          \
                 bit = exact ? -1 : SHIFT - 1;                                                  \
             }                                                                                  \
-            if (!exact) DESCEND(keys, KT, int32_t, T, 0);                                      \
+            if (!exact) DESCEND(COUNTK, keys, KT, T, 0);                                       \
             int32_t *oc = cols + b * k;                                                        \
             XT *ov = vals + b * k;                                                             \
-            if (exact) { /* exactly k keys >= T: gather their flags 8 at a time */             \
-                for (Py_ssize_t c = 0; c < P; c++) sel[c] = (uint8_t)(keys[c] >= T);           \
+            if (exact) { /* exactly k keys >= T (or k == P, T = 0): gather them in order */    \
                 Py_ssize_t m = 0;                                                              \
                 for (Py_ssize_t c0 = 0; c0 < P; c0 += 64) {                                    \
-                    uint64_t bits = 0;                                                         \
-                    for (int i = 0; i < 8; i++) bits |= K(PACK8)(sel + c0 + 8 * i) << (8 * i);   \
+                    uint64_t bits = GEBITS(keys + c0, T, sel);                                 \
+                    if (P - c0 < 64) bits &= ((uint64_t)1 << (P - c0)) - 1; /* not the pads */ \
                     while (bits) {                                                             \
                         Py_ssize_t c = c0 + CTZ64(bits);                                       \
                         oc[m] = (int32_t)c;                                                    \
@@ -2640,8 +2735,10 @@ static inline uint64_t K(PACK8)(const uint8_t *p) {
         return bad_rows;                                                                       \
     }
 
-DEFINE_TOPK(K(topk_f32), float, int32_t, uint32_t, 32, 15, 0x7F800000)
-DEFINE_TOPK(K(topk_f64), double, int64_t, uint64_t, 64, 47, 0x7FF0000000000000LL)
+DEFINE_TOPK(K(topk_f32), float, int32_t, uint32_t, 32, 15, 0x7F800000, K(count_ge_i32),
+            K(ge_bits_i32))
+DEFINE_TOPK(K(topk_f64), double, int64_t, uint64_t, 64, 47, 0x7FF0000000000000LL,
+            K(count_ge_i64), K(ge_bits_i64))
 #define DEFINE_SCATTER(NAME, VT)                                                                \
     static void NAME(const int32_t *cols, const VT *vals, Py_ssize_t B, Py_ssize_t P,          \
                      Py_ssize_t k, VT *y) {                                                    \
