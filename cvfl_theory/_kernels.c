@@ -2623,37 +2623,28 @@ static ALWAYS_INLINE Py_ssize_t K(count_ge_i64)(const int64_t *a, Py_ssize_t n, 
 #undef SET_I64
 
 /* The flags key >= t of keys a[0..63] as the bits of an integer (key i -> bit i). */
+#if X86_VEC && VL == 8
+#define GE_BITS(LANES, SET1, CMPMASK)                                                            \
+    const __m512i tv = SET1(t);                                                                \
+    (void)sel;                                                                                 \
+    uint64_t bits = 0;                                                                         \
+    for (int i = 0; i < 64 / LANES; i++)                                                       \
+        bits |= (uint64_t)CMPMASK(_mm512_loadu_si512(a + LANES * i), tv) << (LANES * i);       \
+    return bits;
+#else
+#define GE_BITS(LANES, SET1, CMPMASK)                                                            \
+    for (int i = 0; i < 64; i++) sel[i] = (uint8_t)(a[i] >= t);                                \
+    uint64_t bits = 0;                                                                         \
+    for (int i = 0; i < 8; i++) bits |= K(PACK8)(sel + 8 * i) << (8 * i);                      \
+    return bits;
+#endif
 static ALWAYS_INLINE uint64_t K(ge_bits_i32)(const int32_t *a, int32_t t, uint8_t *sel) {
-#if X86_VEC && VL == 8
-    const __m512i tv = _mm512_set1_epi32(t);
-    (void)sel;
-    uint64_t bits = 0;
-    for (int i = 0; i < 4; i++)
-        bits |= (uint64_t)_mm512_cmpge_epi32_mask(_mm512_loadu_si512(a + 16 * i), tv) << (16 * i);
-    return bits;
-#else
-    for (int i = 0; i < 64; i++) sel[i] = (uint8_t)(a[i] >= t);
-    uint64_t bits = 0;
-    for (int i = 0; i < 8; i++) bits |= K(PACK8)(sel + 8 * i) << (8 * i);
-    return bits;
-#endif
+    GE_BITS(16, _mm512_set1_epi32, _mm512_cmpge_epi32_mask)
 }
-
 static ALWAYS_INLINE uint64_t K(ge_bits_i64)(const int64_t *a, int64_t t, uint8_t *sel) {
-#if X86_VEC && VL == 8
-    const __m512i tv = _mm512_set1_epi64(t);
-    (void)sel;
-    uint64_t bits = 0;
-    for (int i = 0; i < 8; i++)
-        bits |= (uint64_t)_mm512_cmpge_epi64_mask(_mm512_loadu_si512(a + 8 * i), tv) << (8 * i);
-    return bits;
-#else
-    for (int i = 0; i < 64; i++) sel[i] = (uint8_t)(a[i] >= t);
-    uint64_t bits = 0;
-    for (int i = 0; i < 8; i++) bits |= K(PACK8)(sel + 8 * i) << (8 * i);
-    return bits;
-#endif
+    GE_BITS(8, _mm512_set1_epi64, _mm512_cmpge_epi64_mask)
 }
+#undef GE_BITS
 
 /* Descend the key bits bit .. LOW: the largest T (a prefix, in units of 2^LOW) with
    #{KEYS >= T} >= k; stop with exact = 1 as soon as exactly k keys are >= T. The choice at
