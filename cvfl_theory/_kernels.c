@@ -36,10 +36,10 @@
  * 14 supports only partly); other compilers get the portable path alone. Intrinsics
  * (immintrin.h) appear only in hot loops on the x86 paths -- the scalar quantizer's sq_vec and
  * sdq_vec, the hexagonal quantizer's X86_VEC loops, top-k's AVX-512 counts: the same
- * operations, in the same order, as the plain C loops the portable path runs. One exception, which changes no bit either: on AVX2
- * the hexagonal quantizer's nearest point is first found in float32 and kept only where an
- * error bound certifies the float64 code's decisions (hex_screen_f32); every other pair is
- * computed by the float64 code.
+ * operations, in the same order, as the plain C loops the portable path runs. One exception,
+ * which changes no bit either: on AVX2 the hexagonal quantizer's nearest point is first found
+ * in float32 and kept only where an error bound certifies the float64 code's decisions
+ * (hex_screen_f32); every other pair is computed by the float64 code.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -49,6 +49,8 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(CVFL_PORTABLE_ONLY)
 #include <immintrin.h> /* the x86 paths' hand-vectorized loops (X86_VEC: sq_vec, sdq_vec, hex) */
 #endif
+
+#define PAD64(n) (((n) + 63) / 64 * 64) /* n rounded up to a multiple of 64 */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define CTZ64(x) __builtin_ctzll(x)
@@ -757,9 +759,9 @@ static PyObject *py_topk_select(PyObject *self, PyObject *args) {
     if (get_buffer(xo, &xv, 0, xt, B * P, "x", 0) < 0) goto done;
     if (get_buffer(colso, &cv, 1, T_I32, B * k, "cols", 0) < 0) goto done;
     if (get_buffer(valso, &vv, 1, xt, B * k, "vals", 0) < 0) goto done;
-    /* keys (8 bytes each), flags, 16-bit keys: P of each rounded up to 64 (PAD64; the kernel
-       zeroes the keys' pads) */
-    Py_ssize_t np = (P + 63) / 64 * 64;
+    /* keys (8 bytes each), flags (written before they are read), 16-bit keys: PAD64(P) of
+       each (the kernel zeroes the keys' pads) */
+    Py_ssize_t np = PAD64(P);
     keys = PyMem_RawMalloc((size_t)(8 * np + np + 2 * np));
     if (keys == NULL) {
         PyErr_NoMemory();
@@ -767,7 +769,6 @@ static PyObject *py_topk_select(PyObject *self, PyObject *args) {
     }
     uint8_t *sel = (uint8_t *)keys + 8 * np;
     uint16_t *k16 = (uint16_t *)(sel + np);
-    memset(sel, 0, (size_t)np);
     int64_t bad = 0;
     Py_BEGIN_ALLOW_THREADS
     if (xt == T_F32)
@@ -2564,7 +2565,6 @@ static inline uint64_t K(PACK8)(const uint8_t *p) {
 
 /* Counts and flags over blocks of 64 keys. The key arrays are zero-padded to a multiple of 64
    (PAD64) and every threshold counted is >= 1, so the pads never count. */
-#define PAD64(n) (((n) + 63) / 64 * 64)
 
 /* count_ge_*(a, n, t) = #{i < n : a[i] >= t} (n a multiple of 64). AVX-512 compares a vector
    of keys into a mask register and adds its popcount: the compiler's loop on an unknown n kept
