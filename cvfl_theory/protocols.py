@@ -367,9 +367,11 @@ class Protocol(ABC):
         )
         if rd.pos != 8 * _HEADER.size + need or not rd.padding_is_zero():
             raise ValueError("has a payload that does not end where its header says: corrupted")
-        typed = values.astype(dtype)
-        if not np.array_equal(typed.astype(values.dtype), values):
-            raise ValueError(f"has values that are not {dtype.name} numbers, as its header says")
+        typed = values  # read as the wire's floats: the sender's dtype when the code is 0
+        if dtype != values.dtype:  # a narrower sender: each value must be one of its numbers
+            typed = values.astype(dtype)
+            if not np.array_equal(typed.astype(values.dtype), values):
+                raise ValueError(f"has values that are not {dtype.name} numbers, as its header says")
         node = NodeMessage(support, typed, centre, seed, rate)
         return node, (centre_sent, rotated, scheme, d_coded, original_d, rseed, dtype)
 

@@ -44,20 +44,38 @@ def test_numpy_integer_seeds_are_accepted_as_their_values():
         np.testing.assert_array_equal(gen.random(3), node_generator(int(seed)).random(3))
 
 
-def test_supports_from_a_generator_equal_supports_from_the_seed():
+def test_supports_from_a_seed_equal_supports_from_numpys_own_generator_and_ours():
+    # a seed re-seeds the calling thread's generator: numpy's SFC64(seed), built fresh, is the
+    # independent reference, and node_generators' re-seeded one must agree with both
     seeds = _seeds()[:200]
     p = np.linspace(0.0, 1.0, 30)
-    gens = node_generators(seeds)
-    for seed, gen in zip(seeds, gens):
-        np.testing.assert_array_equal(
-            bernoulli_support(gen, 0.3, 50), bernoulli_support(seed, 0.3, 50)
-        )
-    for seed, gen in zip(seeds, node_generators(seeds)):
-        np.testing.assert_array_equal(k_subset_support(gen, 7, 40), k_subset_support(seed, 7, 40))
-    for seed, gen in zip(seeds, node_generators(seeds)):
-        np.testing.assert_array_equal(
-            bernoulli_support_varying(gen, p), bernoulli_support_varying(seed, p)
-        )
+    draws = [
+        lambda g: bernoulli_support(g, 0.3, 50),
+        lambda g: k_subset_support(g, 7, 40),
+        lambda g: bernoulli_support_varying(g, p),
+    ]
+    for draw in draws:
+        for seed, gen in zip(seeds, node_generators(seeds)):
+            want = draw(node_generator(seed))
+            np.testing.assert_array_equal(draw(seed), want)
+            np.testing.assert_array_equal(draw(gen), want)
+
+
+def test_threads_drawing_from_seeds_at_once_each_get_their_seeds_supports():
+    from concurrent.futures import ThreadPoolExecutor
+
+    seeds = _seeds()[:300]
+    want = [bernoulli_support(node_generator(s), 0.01, 20000) for s in seeds]
+
+    def draw(offset: int) -> list[np.ndarray]:
+        order = seeds[offset:] + seeds[:offset]
+        got = [bernoulli_support(s, 0.01, 20000) for s in order]
+        return got[-offset:] + got[:-offset] if offset else got
+
+    with ThreadPoolExecutor(4) as pool:
+        for got in pool.map(draw, [0, 75, 150, 225]):
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g, w)
 
 
 def test_skipping_validation_draws_the_same_supports():
@@ -76,6 +94,8 @@ def test_skipping_validation_draws_the_same_supports():
 def test_bad_seeds_are_refused_naming_the_seed(bad):
     with pytest.raises((ValueError, TypeError), match="seed"):
         next(node_generators([bad]))
+    with pytest.raises((ValueError, TypeError), match="seed"):
+        bernoulli_support(bad, 0.3, 50)
 
 
 def test_a_generator_that_is_not_sfc64_is_refused():
