@@ -70,7 +70,7 @@ def _reseed(gen: np.random.Generator, seed: int) -> np.random.Generator:
         raise
     gen.bit_generator.state = {
         "bit_generator": "SFC64",
-        "state": {"state": words},  # type: ignore[typeddict-item]  # any 4 ints
+        "state": {"state": words},  # any 4 ints
         "has_uint32": 0,
         "uinteger": 0,
     }

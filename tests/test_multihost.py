@@ -7,6 +7,7 @@ same arithmetic), and each role must have sent the bytes it sends on loopback. S
 reason, where namespaces cannot be made (not root, no ``ip``, a container without the rights).
 """
 
+import json
 import textwrap
 
 import pytest
@@ -29,17 +30,20 @@ WHY_NOT = namespaces_unavailable()
 needs_namespaces = pytest.mark.skipif(WHY_NOT is not None, reason=f"no namespaces: {WHY_NOT}")
 
 ROLE = """
-import sys, torch
+import json, os, sys, torch
 from cvfl_sim.vfl.config import CVFLConfig
 from cvfl_sim.vfl.data import load_dataset
-from cvfl_sim.vfl.distributed import run_from_env
+from cvfl_sim.vfl.distributed import role_from_env
 from cvfl_theory.compressors import ScalarQuantizer
 torch.set_num_threads(1)
 cfg = CVFLConfig(Q=2, lr=0.05, epochs=1, batch_size=57, embedding_size=4,
                  compressor=ScalarQuantizer(3), error_feedback=True, seed=7)
-res = run_from_env(load_dataset("breast-cancer"), cfg, timeout=60)
-if res is not None:  # the server
-    res.save(sys.argv[1])
+out = role_from_env(load_dataset("breast-cancer"), cfg, timeout=60)
+rank = os.environ["RANK"]
+with open(os.path.join(sys.argv[1], f"sent{rank}.json"), "w") as f:
+    json.dump(out.bytes_sent, f)
+if out.result is not None:  # the server
+    out.result.save(os.path.join(sys.argv[1], "server.json"))
 """
 
 
@@ -61,18 +65,20 @@ def test_a_run_across_namespaces_is_the_in_process_run(tmp_path):
     ds = load_dataset("breast-cancer")
     script = tmp_path / "role.py"
     script.write_text(textwrap.dedent(ROLE))
-    out = tmp_path / "server.json"
     with NamespaceHosts(ds.n_parties + 1) as hosts:
         assert hosts.address(0) != "127.0.0.1"
-        run_roles_on_hosts(hosts, str(script), [str(out)], timeout=120)
-    multi = RunResult.load(out)
+        run_roles_on_hosts(hosts, str(script), [str(tmp_path)], timeout=120)
+    multi = RunResult.load(tmp_path / "server.json")
     roles = train(ds, _config(), backend="roles")
     assert multi.history == roles.history
     assert multi.rounds == roles.rounds
     loopback = train(ds, _config(), backend="distributed", backend_options={"timeout": 30})
-    # run_from_env knows its own role's sends only: the server's, here
+    # every role reports its own sends (the server's result knows only the server's)
+    for rank in range(ds.n_parties + 1):
+        sent = json.loads((tmp_path / f"sent{rank}.json").read_text())
+        assert sent == loopback.summary["bytes_sent"][rank], rank
+        assert sent["algorithm"] > 0, rank
     assert multi.summary["bytes_sent"][0] == loopback.summary["bytes_sent"][0]
-    assert multi.summary["bytes_sent"][0]["algorithm"] > 0
 
 
 @needs_namespaces

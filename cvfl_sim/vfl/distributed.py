@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.context import ForkServerContext, SpawnContext
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -73,7 +73,14 @@ from .results import RunResult
 from .roles import run_roles
 from .transport import PeerError, Transport, rank_name
 
-__all__ = ["DistributedRunError", "GlooTransport", "train_distributed", "run_from_env"]
+__all__ = [
+    "DistributedRunError",
+    "GlooTransport",
+    "RoleOutcome",
+    "train_distributed",
+    "run_from_env",
+    "role_from_env",
+]
 
 _GRACE = 5.0  # seconds the watchdog adds to the timeout before it declares a stall
 
@@ -552,7 +559,37 @@ def run_from_env(
     ValueError
         A variable is missing, or ``WORLD_SIZE``/``RANK`` do not fit the data set's ``M``.
     """
-    return _role_from_env(dataset, config, checkpoint, timeout, delay, None, None)[0]
+    return role_from_env(
+        dataset, config, checkpoint=checkpoint, timeout=timeout, delay=delay
+    ).result
+
+
+class RoleOutcome(NamedTuple):
+    """What one role of a run ends with (:func:`role_from_env`)."""
+
+    result: RunResult | None
+    """The run's :class:`~cvfl_sim.vfl.results.RunResult` on rank 0 (the server), else ``None``."""
+    bytes_sent: dict[str, int]
+    """The bytes this role sent, by kind (``"algorithm"`` and the others of
+    ``summary["bytes_sent"]``)."""
+
+
+def role_from_env(
+    dataset: VerticalDataset,
+    config: CVFLConfig,
+    *,
+    checkpoint: str | os.PathLike[str] | None = None,
+    timeout: float = 60.0,
+    delay: float = 0.0,
+) -> RoleOutcome:
+    """:func:`run_from_env`, also returning the bytes this role sent (every rank knows its own).
+
+    A multi-host run's server sees only its own sends; each party reports its own here, so that a
+    test or a launcher can check every role's traffic against a loopback run's
+    ``summary["bytes_sent"][rank]``.
+    """
+    res, sent = _role_from_env(dataset, config, checkpoint, timeout, delay, None, None)
+    return RoleOutcome(res, sent)
 
 
 def _role_from_env(
