@@ -1,7 +1,7 @@
 """A C-VFL run across hosts: the server and each party in its own network namespace (C1, C6).
 
 The roles find each other through ``MASTER_ADDR`` = the server's address on a bridge (not
-loopback), started as torchrun starts them (:func:`cvfl_sim.vfl.distributed.run_from_env`). The
+loopback), started as torchrun starts them (:func:`cvfl_sim.vfl.distributed.role_from_env`). The
 run must be the in-process one: the same history and per-round log, exactly (the same roles, the
 same arithmetic), and each role must have sent the bytes it sends on loopback. Skipped, with the
 reason, where namespaces cannot be made (not root, no ``ip``, a container without the rights).
