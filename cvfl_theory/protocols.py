@@ -371,7 +371,9 @@ class Protocol(ABC):
         if dtype != values.dtype:  # a narrower sender: each value must be one of its numbers
             typed = values.astype(dtype)
             if not np.array_equal(typed.astype(values.dtype), values):
-                raise ValueError(f"has values that are not {dtype.name} numbers, as its header says")
+                raise ValueError(
+                    f"has values that are not {dtype.name} numbers, as its header says"
+                )
         node = NodeMessage(support, typed, centre, seed, rate)
         return node, (centre_sent, rotated, scheme, d_coded, original_d, rseed, dtype)
 

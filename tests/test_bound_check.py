@@ -259,6 +259,30 @@ def test_measured_lemma1_is_an_estimate_not_a_bound(probed):
     assert "plug-in (measured Lemma 1)" in chk._repr_html_()
 
 
+def test_the_tight_form_is_a_bound_only_where_it_was_evaluated_at_every_step_charged(ds, probed):
+    from cvfl_sim.bounds.lemma1 import Lemma1Probe
+
+    name = "tight (C4.5, ours)"
+    run, c, rep = probed
+    R = len(run.rounds["lr"])
+    chk = bound_vs_observed(run, c, lemma1=rep)  # Q = 1, every round start probed
+    assert name in chk.forms and name not in chk.estimates
+    assert f"bound [{name}]" in chk.column("quantity")
+    cases = [
+        ({}, 2, f"{(R + 1) // 2} of {R} round starts probed, the others at their mean"),
+        ({"Q": 2}, 1, "charged to all 2 local steps, proved at step 0 only"),
+    ]
+    for kw, every, why in cases:
+        cfg = _cfg(ScalarQuantizer(2, range="minmax-tensor"), epochs=1, **kw)
+        probe = Lemma1Probe(every=every, steps="first")
+        other = bound_vs_observed(train(ds, cfg, probe=probe), c, lemma1=probe.report())
+        assert name in other.estimates and name not in other.forms, kw
+        assert f"estimate [{name}]" in other.column("quantity")
+        assert f"bound [{name}]" not in other.column("quantity")
+        assert any(why in str(note) for note in other.column("note")), kw
+        assert name in other.to_dict()["estimates"] and name not in other.to_dict()["forms"]
+
+
 def test_json_html_and_plot(probed):
     import json
 

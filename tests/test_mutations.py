@@ -405,7 +405,7 @@ def tight_per_round_zero_fill(mp: pytest.MonkeyPatch) -> None:
             probed[report.rounds[np.isfinite(report.tight).all(axis=1) & (report.rounds < R)]] = (
                 True
             )
-            out[~probed] = 0.0
+            out[0][~probed] = 0.0
         return out
 
     mp.setattr(theorems, "_tight_per_round", zero_filled)

@@ -12,7 +12,9 @@ on every local step. Then, in this order:
    **4.4** (diminishing step; against the smallest), constants as recovered, with
    :func:`~cvfl_sim.bounds.theorems.bound_vs_observed` in two forms of term 3 -- ``recovered``
    (Lemma 1's right side; proved constants for the analytic model, estimates for the MLP) and
-   ``tight (C4.5, ours)`` -- and the plug-in *estimate* with the measured Lemma-1 left side.
+   ``tight (C4.5, ours)``, a bound only at ``Q = 1`` (at ``Q > 1`` it is proved at local step 0
+   only and charged to every step: an estimate, marked so) -- and the plug-in *estimate* with the
+   measured Lemma-1 left side.
 3. **The trajectory certificate** (C4.7, ours): a bound on the run's own step-weighted average
    :math:`\|\nabla F(\Theta^t)\|^2` over every local step, certified for the analytic model and
    an estimate for the MLP; no step condition.
@@ -277,6 +279,10 @@ def theorem_run(plan: RunPlan, seed: int = 0) -> dict[str, Any]:
         row[f"term3_{s}"] = t.compression
         row[f"total_{s}"] = t.total
         row[f"ratio_{s}"] = check.ratios[name]
+    form = "tight (C4.5, ours)"
+    row["tight_kind"] = (
+        "bound" if form in check.forms else "estimate" if form in check.estimates else ""
+    )
     row.update(
         cert_bound=cert.bound,
         cert_observed=cert.observed,
@@ -322,6 +328,7 @@ COLUMNS = [
     "term3_tight",
     "total_tight",
     "ratio_tight",
+    "tight_kind",
     "term3_plugin",
     "total_plugin",
     "ratio_plugin",
@@ -348,7 +355,7 @@ MD_COLUMNS = {
     "theorem": "thm",
     "applies": "thm applies",
     "ratio_rec": "bound/obs: recovered",
-    "ratio_tight": "bound/obs: tight",
+    "ratio_tight": "tight/obs",
     "ratio_plugin": "estimate/obs: plug-in",
     "cert_ratio": "certificate/obs",
     "cert_certified": "certificate",
@@ -358,12 +365,20 @@ MD_COLUMNS = {
 
 
 def _md_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows for ``table.md``: the ratios only where they mean something, verdicts in words."""
+    """Rows for ``table.md``: the ratios only where they mean something, verdicts in words.
+
+    A tight ratio that is an estimate (``Q > 1``, or round starts without a probe) is marked
+    ``est.``.
+    """
+    from .tables import format_cell
+
     out = []
     for r in rows:
         row = {MD_COLUMNS[k]: r.get(k, "") for k in MD_COLUMNS}
         row["thm applies"] = "yes" if r["applies"] else "no: " + _short_why(r["why"])
         row["certificate"] = "certified" if r["cert_certified"] else "estimate"
+        if r.get("tight_kind") == "estimate":
+            row[MD_COLUMNS["ratio_tight"]] = f"{format_cell(r['ratio_tight'])} est."
         out.append(row)
     return out
 
@@ -393,7 +408,7 @@ def _plot(rows: Sequence[dict[str, Any]], path: str) -> None:
         s = SHORT[name]
         marker, colour = styles[s]
         vals = np.array([float(r[f"ratio_{s}"]) for r in rows])
-        kind = "estimate" if name in ESTIMATES else "bound"
+        kind = {"rec": "bound", "tight": "bound at Q = 1, else estimate"}.get(s, "estimate")
         ax.plot(x[ok], vals[ok], marker, color=colour, ls="", label=f"{kind}: {name}")
         ax.plot(x[~ok], vals[~ok], marker, color=colour, mfc="none", ls="")
     cert = np.array([float(r["cert_ratio"]) for r in rows])
