@@ -7,8 +7,9 @@ efficiency, CPU ÷ (cores × wall): a wall time missed at an efficiency near 1 m
 itself is too long for this machine; at a low efficiency, cores waited. Two runs; the faster one
 is compared with the target (both are printed: this is a shared machine).
 
-A shared machine's speed drifts by more than the margin (on the EPYC of the benchmark docs the
-same command took 16 s and 28 s an hour apart, with 31 and 51 CPU seconds for the same work).
+A shared machine's speed drifts by more than the margin (on the EPYC of the docs' Speed page the
+same command took 16.2 s and 27.5 s in one session, with 31.5 and 53.3 CPU seconds for the same
+work).
 So the benchmark also times, before and after each run, one unit of the command's own work in
 this process (the first suite run: ``verify`` of one encoder, 1000 trials) and prints the wall
 time in those units: that figure means about the same at a fast or a slow moment, and a MISS

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,7 @@ def node_generators(seeds: Iterable[int]) -> Iterator[np.random.Generator]:
         yield _reseed(gen, seed)
 
 
-def _reseed(gen: np.random.Generator, seed: int) -> np.random.Generator:
+def _reseed(gen: np.random.Generator, seed: int | np.integer[Any]) -> np.random.Generator:
     """``gen`` (over SFC64) put in the state ``numpy.random.SFC64(seed)`` starts from."""
     if type(seed) is not int:  # plain ints are range-checked by the kernel itself
         seed = check_int_in_range(seed, "seed", 0, 2**64 - 1)

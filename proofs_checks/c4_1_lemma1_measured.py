@@ -22,7 +22,8 @@ combined. Further pairs, each against an independent truth, with float64 round-o
 - **unprobed rounds**: a second probe on the same run measures every second round only. Every
   value :meth:`~cvfl_sim.bounds.lemma1.Lemma1Report.per_round` gives a round is then a mean of
   the run's own per-round left sides, so it must lie in their range (measured by the first
-  probe, every round); the tight form of Theorem 4.2's term 3 from the half probe, divided by the
+  probe, every round); the tight form of Theorem 4.2's term 3 (an estimate here: Q > 1 and, for
+  the half probe, unprobed round starts) from the half probe, divided by the
   full probe's, must lie in ``[R min_r u_r, R max_r u_r] / sum_r u_r`` (``u_r`` the full probe's
   round-start tight bounds summed over blocks). Catches unprobed rounds filled with 0 (per_round:
   0 is below every left side; the tight form: 0.44 of the full sum against a lower end of 0.84).

@@ -281,6 +281,11 @@ def test_the_tight_form_is_a_bound_only_where_it_was_evaluated_at_every_step_cha
         assert f"bound [{name}]" not in other.column("quantity")
         assert any(why in str(note) for note in other.column("note")), kw
         assert name in other.to_dict()["estimates"] and name not in other.to_dict()["forms"]
+    # without compression Lemma 1's left side is 0 at every step: the tight form is exact
+    cfg = _cfg(None, epochs=1, Q=2)
+    probe = Lemma1Probe(every=2, steps="first")
+    exact = bound_vs_observed(train(ds, cfg, probe=probe), c, lemma1=probe.report())
+    assert name in exact.forms and exact.forms[name].compression == 0.0
 
 
 def test_json_html_and_plot(probed):
@@ -300,7 +305,9 @@ def test_json_html_and_plot(probed):
     assert "<table" in c._repr_html_() and "<table" in rep._repr_html_()
     fig, ax = plt.subplots()
     assert chk.plot(ax=ax) is ax
-    assert len(ax.patches) == 4 * len(chk.forms)  # three terms and the total per form
+    # three terms and the total per form and per estimate; the estimates' bars hatched
+    assert len(ax.patches) == 4 * (len(chk.forms) + len(chk.estimates))
+    assert sum(bool(p.get_hatch()) for p in ax.patches) == 4 * len(chk.estimates) > 0
     plt.close(fig)
     ax2 = chk.plot()
     assert ax2.figure.number in plt.get_fignums()  # a pyplot-managed figure

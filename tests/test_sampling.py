@@ -62,12 +62,15 @@ def test_supports_from_a_seed_equal_supports_from_numpys_own_generator_and_ours(
 
 
 def test_threads_drawing_from_seeds_at_once_each_get_their_seeds_supports():
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     seeds = _seeds()[:300]
     want = [bernoulli_support(node_generator(s), 0.01, 20000) for s in seeds]
+    start = threading.Barrier(4)  # the four threads draw at the same time
 
     def draw(offset: int) -> list[np.ndarray]:
+        start.wait(timeout=30)
         order = seeds[offset:] + seeds[:offset]
         got = [bernoulli_support(s, 0.01, 20000) for s in order]
         return got[-offset:] + got[:-offset] if offset else got

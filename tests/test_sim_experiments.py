@@ -231,3 +231,25 @@ def test_a_run_file_holding_another_run_is_recomputed(tmp_path):
     for s in specs:
         assert again[s] == first[s]  # recomputed: the same run as before the edits
     assert json.loads(edited.read_text())["config"]["Q"] == 2
+
+
+def test_the_bounds_table_marks_the_tight_estimates(tmp_path):
+    """``reproduce bounds``: the tight ratio is a bound at Q = 1 only; at Q > 1 it reads ``est.``."""
+    import csv
+
+    import cvfl_sim.experiments.theorem_runs as tr
+
+    tr.run_theorem_experiment(str(tmp_path), quick=True, progress=False)
+    folder = tmp_path / "bounds"
+    with open(folder / "table.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    lines = (folder / "table.md").read_text().splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    col = header.index("tight/obs")
+    assert len(cells) == len(rows) and {int(r["Q"]) for r in rows} >= {1, 5}
+    for row, md in zip(rows, cells):
+        compressed = row["compressor"] != "none"
+        want = "estimate" if int(row["Q"]) > 1 and compressed else "bound"
+        assert row["tight_kind"] == want, row["run"]
+        assert md[col].endswith(" est.") == (want == "estimate"), row["run"]

@@ -30,7 +30,8 @@ def plot_bound(check: BoundCheck, ax: Any = None) -> Any:
     r"""Bar chart of the terms of a bound beside the observed value (C4.2, C4.4, C4.5).
 
     Each form of a :class:`~cvfl_sim.bounds.theorems.BoundCheck` gets its three terms and total on a
-    log scale; a dashed line is the observed :math:`\|\nabla F\|^2`.
+    log scale, then each estimate (hatched bars, "(estimate)" under them: not bounds); a dashed
+    line is the observed :math:`\|\nabla F\|^2`.
 
     A zero term (no compression: term 3 is 0) cannot be drawn on a log scale; its bar is empty.
 
@@ -51,16 +52,25 @@ def plot_bound(check: BoundCheck, ax: Any = None) -> Any:
             f"check must be the BoundCheck of bound_vs_observed, got {type(check).__name__}"
         )
     ax = new_axes(ax, (7.0, 3.5))
-    names = list(forms)
+    estimates = dict(getattr(check, "estimates", None) or {})
+    shown = {**forms, **estimates}
+    names = list(shown)
     parts = ("optimization", "variance", "compression", "total")
     width = 0.8 / len(parts)
     pos = np.arange(len(names))
+    hatch = ["//" if n in estimates else "" for n in names]
     for k, part in enumerate(parts):
-        vals = [float(getattr(forms[n], part)) for n in names]
-        ax.bar(pos + (k - 1.5) * width, vals, width, label=part)
+        vals = [float(getattr(shown[n], part)) for n in names]
+        bars = ax.bar(pos + (k - 1.5) * width, vals, width, label=part)
+        colour = bars.patches[0].get_facecolor() if bars.patches else None
+        for bar, h in zip(bars.patches, hatch):
+            if h:  # an estimate: hatched, its edge in the term's colour
+                bar.set_hatch(h)
+                bar.set_edgecolor(colour)
+                bar.set_facecolor("none")
     ax.axhline(check.observed, color="k", ls="--", label="observed")
     ax.set_yscale("log")
-    ax.set_xticks(pos, names)
+    ax.set_xticks(pos, [n + ("\n(estimate)" if n in estimates else "") for n in names])
     ax.set_ylabel(r"$\|\nabla F\|^2$ bound terms")
     ax.set_title(f"Theorem {check.theorem} term by term vs the run")
     ax.legend(fontsize="small")

@@ -460,7 +460,8 @@ class BoundCheck(Table):
         The evaluated theorem with the recovered term 3 (:math:`H_m^2 G_m^2 \sum_{j\ne m}E_j`).
     forms : dict of str to BoundTerms
         The bounds: ``"recovered"`` and, with a Lemma-1 report of a run with ``Q = 1`` whose
-        every round start was probed, ``"tight (C4.5, ours)"``.
+        every round start was probed (or of a run without compression error),
+        ``"tight (C4.5, ours)"``.
     estimates : dict of str to BoundTerms
         Estimates, not bounds: ``"plug-in (measured Lemma 1)"`` puts the probe's realised left
         sides (one dither draw per probed step; unprobed rounds at their mean) where the theorem
@@ -741,8 +742,9 @@ def bound_vs_observed(
         norms); the other two exist only to show what the old reading cost.
     lemma1 : Lemma1Report, optional
         The same run's Lemma-1 probe: adds the tight bound (a form where it is one: ``Q = 1``
-        and every round start probed; else an estimate, with the reason in its note) and the
-        plug-in estimate with the measured left side (an estimate, not a bound), and (``reading="chain"``) raises
+        and every round start probed, or no compression error in any round; else an estimate,
+        with the reason in its note) and the plug-in estimate with the measured left side (an
+        estimate, not a bound), and (``reading="chain"``) raises
         :math:`H_m, G_m` to the probe's maxima.
     c_opt, c_var, c_comp : float
         Constants of C4.2 (defaults as recovered: 4, 6, 92).
@@ -837,10 +839,11 @@ def bound_vs_observed(
             # start, with one local step per round
             values, starts = tight
             gaps = []
-            if starts < R:
-                gaps.append(f"{starts} of {R} round starts probed, the others at their mean")
-            if Q > 1:
-                gaps.append(f"charged to all {Q} local steps, proved at step 0 only")
+            if E.any():  # no error in any round (no compression): 0 at every step, exactly
+                if starts < R:
+                    gaps.append(f"{starts} of {R} round starts probed, the others at their mean")
+                if Q > 1:
+                    gaps.append(f"charged to all {Q} local steps, proved at step 0 only")
             name = "tight (C4.5, ours)"
             (plug if gaps else term3)[name] = {"lemma1": values}
             notes[name] = "tight bound at the round starts" + (

@@ -12,9 +12,9 @@ on every local step. Then, in this order:
    **4.4** (diminishing step; against the smallest), constants as recovered, with
    :func:`~cvfl_sim.bounds.theorems.bound_vs_observed` in two forms of term 3 -- ``recovered``
    (Lemma 1's right side; proved constants for the analytic model, estimates for the MLP) and
-   ``tight (C4.5, ours)``, a bound only at ``Q = 1`` (at ``Q > 1`` it is proved at local step 0
-   only and charged to every step: an estimate, marked so) -- and the plug-in *estimate* with the
-   measured Lemma-1 left side.
+   ``tight (C4.5, ours)``, a bound only at ``Q = 1`` with every round start probed (at ``Q > 1``
+   it is proved at local step 0 only and charged to every step: an estimate, marked so) -- and
+   the plug-in *estimate* with the measured Lemma-1 left side.
 3. **The trajectory certificate** (C4.7, ours): a bound on the run's own step-weighted average
    :math:`\|\nabla F(\Theta^t)\|^2` over every local step, certified for the analytic model and
    an estimate for the MLP; no step condition.
@@ -404,11 +404,22 @@ def _plot(rows: Sequence[dict[str, Any]], path: str) -> None:
     for k in np.flatnonzero(~ok):
         ax.axvspan(k - 0.5, k + 0.5, color="0.92", lw=0)
     styles = {"rec": ("o", "tab:blue"), "tight": ("s", "tab:orange"), "plugin": ("^", "tab:gray")}
+    estimated = np.array([r.get("tight_kind") == "estimate" for r in rows])
     for name in (*FORMS, *ESTIMATES):
         s = SHORT[name]
         marker, colour = styles[s]
         vals = np.array([float(r[f"ratio_{s}"]) for r in rows])
-        kind = {"rec": "bound", "tight": "bound at Q = 1, else estimate"}.get(s, "estimate")
+        if s == "tight":  # a bound at Q = 1 with every round start probed; else an estimate
+            ax.plot(
+                x[estimated],
+                vals[estimated],
+                "x",
+                color=colour,
+                ls="",
+                label=f"estimate: {name}, Q > 1",
+            )
+            vals = np.where(estimated, np.nan, vals)
+        kind = "estimate" if name in ESTIMATES else "bound"
         ax.plot(x[ok], vals[ok], marker, color=colour, ls="", label=f"{kind}: {name}")
         ax.plot(x[~ok], vals[~ok], marker, color=colour, mfc="none", ls="")
     cert = np.array([float(r["cert_ratio"]) for r in rows])

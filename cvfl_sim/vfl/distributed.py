@@ -27,6 +27,9 @@ Across machines
         if res is not None:  # rank 0, the server
             res.save("run.json")
 
+    (:func:`role_from_env` also returns the bytes each role sent: the server's result records
+    only its own.)
+
     run as ``torchrun --nnodes 5 --nproc-per-node 1 --node-rank K --master-addr HOST
     --master-port 29500 run.py`` on each of the five machines (``GLOO_SOCKET_IFNAME`` names the
     network interface if the default one is wrong). Each process needs only its own feature
@@ -587,6 +590,17 @@ def role_from_env(
     A multi-host run's server sees only its own sends; each party reports its own here, so that a
     test or a launcher can check every role's traffic against a loopback run's
     ``summary["bytes_sent"][rank]``.
+
+    Returns
+    -------
+    RoleOutcome
+        ``result``: the run on rank 0, ``None`` on the parties; ``bytes_sent``: this role's sends.
+
+    Raises
+    ------
+    ValueError
+        As :func:`run_from_env`: a variable is missing, or ``WORLD_SIZE``/``RANK`` do not fit the
+        data set's ``M``.
     """
     res, sent = _role_from_env(dataset, config, checkpoint, timeout, delay, None, None)
     return RoleOutcome(res, sent)
@@ -606,7 +620,7 @@ def _role_from_env(
     env = {k: os.environ.get(k) for k in names}
     missing = [k for k, v in env.items() if v is None]
     if missing:
-        raise ValueError(f"run_from_env needs the environment variables {missing}")
+        raise ValueError(f"run_from_env and role_from_env need the environment variables {missing}")
     try:
         rank, world = int(str(env["RANK"])), int(str(env["WORLD_SIZE"]))
     except ValueError:

@@ -196,7 +196,9 @@ def run_roles_on_hosts(
 
     Host ``k`` gets ``RANK=k``, ``WORLD_SIZE`` the number of hosts, ``MASTER_ADDR`` host 0's
     address (the server's), ``MASTER_PORT=port`` and ``GLOO_SOCKET_IFNAME`` (:data:`INTERFACE`);
-    the script calls :func:`~cvfl_sim.vfl.distributed.run_from_env`. Returns when every role
+    the script calls :func:`~cvfl_sim.vfl.distributed.run_from_env` (or
+    :func:`~cvfl_sim.vfl.distributed.role_from_env`, which also gives the bytes each role sent).
+    Returns when every role
     has ended well.
 
     Raises
