@@ -835,11 +835,12 @@ def bound_vs_observed(
         probed = len(np.unique(lemma1.rounds[lemma1.rounds < R]))
         tight = _tight_per_round(lemma1, R)
         if tight is not None:
-            # a bound only where it was evaluated at every step it is charged to: each round's
-            # start, with one local step per round
+            # a bound where it was evaluated at every step it is charged to (each round's start,
+            # one local step per round), or where no round had an error (no compression: Lemma
+            # 1's left side is 0 at every step); else an estimate, with the reasons
             values, starts = tight
             gaps = []
-            if E.any():  # no error in any round (no compression): 0 at every step, exactly
+            if E.any():
                 if starts < R:
                     gaps.append(f"{starts} of {R} round starts probed, the others at their mean")
                 if Q > 1:
