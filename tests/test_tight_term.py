@@ -69,7 +69,7 @@ def test_first_order_is_the_exact_expectation_when_the_gradient_is_linear():
     assert not r.rigorous and "NOT a bound" in str(r)
 
 
-def _server_mixed_hessian(parties, server, xs, y, m):
+def _server_mixed_hessian(parties, server, xs, y, m, loss=None):
     r"""(1/B) sum_i J_i^T A_{m0,i} = d/dtheta_0 grad_{theta_m} F_B, by full-batch autograd."""
     names = [k for k, _ in server.named_parameters()]
     shapes = [v.shape for _, v in server.named_parameters()]
@@ -80,21 +80,44 @@ def _server_mixed_hessian(parties, server, xs, y, m):
         params = {k: v.reshape(s) for k, v, s in zip(names, parts, shapes)}
         H = [p(x) for p, x in zip(parties, xs)]
         logits = torch.func.functional_call(server, params, (torch.cat(H, 1),))
-        F = sum(_quadratic(logits[i : i + 1], y[i : i + 1]) for i in range(len(y))) / len(y)
+        ell = _quadratic if loss is None else loss
+        F = sum(ell(logits[i : i + 1], y[i : i + 1]) for i in range(len(y))) / len(y)
         g = torch.autograd.grad(F, list(parties[m - 1].parameters()), create_graph=True)
         return torch.cat([t.reshape(-1) for t in g])
 
     return torch.autograd.functional.jacobian(grad_m, theta0).numpy()
 
 
-def _server_error_part(parties, server, xs, y, s0):
+def _server_error_part(parties, server, xs, y, s0, loss=_quadratic):
     zero = tt.tight_lemma1_bound(
-        parties, server, xs, y, [0.0] * 3, server_error_var=0.0, loss=_quadratic, remainder=False
+        parties, server, xs, y, [0.0] * 3, server_error_var=0.0, loss=loss, remainder=False
     )
     with_s0 = tt.tight_lemma1_bound(
-        parties, server, xs, y, [0.0] * 3, server_error_var=s0, loss=_quadratic, remainder=False
+        parties, server, xs, y, [0.0] * 3, server_error_var=s0, loss=loss, remainder=False
     )
     return with_s0.first_order - zero.first_order
+
+
+@pytest.mark.parametrize("loss", [_quadratic, None])
+def test_server_error_adds_coherently_with_mlp_parties(loss):
+    """As below with MLP parties: their Jacobians differ per sample, so the order in which the
+    per-sample blocks are summed shows (with linear parties any reshuffling of the blocks gives
+    the same norm). Cross entropy with the toolkit's head takes the closed-form derivatives."""
+    from cvfl_sim.vfl.models import LinearHead, MLPEmbedding
+
+    torch.manual_seed(3)
+    dims, P = (3, 2, 4), (2, 3, 2)
+    parties = [MLPEmbedding(d, p, 5).double() for d, p in zip(dims, P)]
+    server = LinearHead(sum(P), 3).double()
+    gen = torch.Generator().manual_seed(3)
+    xs = [torch.randn(6, d, generator=gen, dtype=torch.float64) for d in dims]
+    y = torch.randint(0, 3, (6,), generator=gen)
+    s0 = 0.02
+    got = _server_error_part(parties, server, xs, y, s0, loss=loss)
+    ce = lambda logits, t: nn.functional.cross_entropy(logits, t)  # noqa: E731
+    for m in (1, 2, 3):
+        H = _server_mixed_hessian(parties, server, xs, y, m, loss=ce if loss is None else loss)
+        assert got[m] == pytest.approx(s0 * float(np.sum(H**2)), rel=1e-9)
 
 
 def test_server_error_adds_coherently():

@@ -3,10 +3,14 @@ r"""Differentiation primitives shared by the C3 constants and the Lemma-1 probe 
 The loss of C0 is seen here as a function of the server parameters :math:`\theta_0` (one flat
 vector) and the concatenated embeddings :math:`Z = [h_1, \dots, h_M]` of a batch, ``(B, ΣP_m)``:
 :math:`F_B(\theta_0, Z) = \frac1B\sum_i \ell(\theta_0, Z_i; y_i)` (cross-entropy, a batch
-**mean**). Every Hessian and Jacobian below is computed exactly as a dense matrix with
-:mod:`torch.autograd` (one batched vector-Jacobian product per row), and its norms exactly:
-operator (spectral) norms from the singular values, Frobenius norms from the entries. The blocks
-are small (a batch's embeddings), so a dense matrix costs less than a power iteration.
+**mean**). Every Hessian and Jacobian below is computed exactly: as a dense matrix with
+:mod:`torch.autograd` (one batched vector-Jacobian product per row), or in closed form for the
+toolkit's plain models (a linear softmax head, MLP parties; :func:`plain_linear`,
+:func:`plain_mlp`), checked against autograd in the tests. Norms are exact too: the spectral
+norm from the largest eigenvalue of the Gram matrix of the shorter side (:func:`gram`,
+:func:`gram_op_norm`), the Frobenius norm from its trace. The blocks are small (a batch's
+embeddings), so a dense matrix costs less than a power iteration; the probes build the Gram
+matrices directly where the closed forms allow, without the dense blocks.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import math
 from collections.abc import Sequence
 from typing import Any, cast
 
+import numpy as np
+import scipy.linalg
 import torch
 from torch import nn
 
@@ -60,17 +66,49 @@ def jacobian(out: torch.Tensor, wrt: Sequence[torch.Tensor]) -> torch.Tensor:
         )
 
 
+def gram(A: torch.Tensor) -> torch.Tensor:
+    r"""The Gram matrix of ``A``'s shorter side, in float64: :math:`AA^\top` or :math:`A^\top A`.
+
+    Both have the nonzero eigenvalues :math:`\sigma_i(A)^2` and the trace
+    :math:`\|A\|_F^2`, so :func:`gram_op_norm` and :func:`gram_fro` of it give ``A``'s norms.
+    """
+    a = A.detach().to(torch.float64)
+    return a @ a.T if a.shape[0] <= a.shape[1] else a.T @ a
+
+
+def gram_op_norm(G: torch.Tensor) -> float:
+    r""":math:`\sqrt{\lambda_{\max}(G)}` of a Gram matrix :math:`G = AA^\top`: ``A``'s spectral norm.
+
+    Only the largest eigenvalue is computed (LAPACK ``dsyevx``: tridiagonal reduction, then
+    bisection to :math:`\epsilon\|G\|` absolute accuracy, as a full ``eigvalsh``), about twice
+    as fast as all of them. 0 for an empty matrix, ``nan`` if ``G`` has a non-finite entry.
+    """
+    n = int(G.shape[0])
+    if n == 0:
+        return 0.0
+    g = G.detach().to(torch.float64).numpy()
+    if not np.isfinite(g).all():
+        return math.nan
+    top = scipy.linalg.eigh(
+        g, eigvals_only=True, subset_by_index=[n - 1, n - 1], driver="evx", check_finite=False
+    )
+    return math.sqrt(max(float(top[0]), 0.0))
+
+
+def gram_fro(G: torch.Tensor) -> float:
+    r""":math:`\sqrt{\mathrm{tr}\,G}` of a Gram matrix :math:`G = AA^\top`: ``A``'s Frobenius norm."""
+    return math.sqrt(max(float(torch.diagonal(G).sum()), 0.0))
+
+
 def op_norm(A: torch.Tensor) -> float:
     r"""Spectral norm (largest singular value) of a matrix; 0 for an empty one.
 
-    :math:`\sqrt{\lambda_{\max}(A A^\top)}` from the Gram matrix of the shorter side (in
-    float64), several times faster than an SVD of the wide blocks used here.
+    :func:`gram_op_norm` of :func:`gram` (float64): several times faster than an SVD of the wide
+    blocks used here.
     """
     if A.numel() == 0:
         return 0.0
-    a = A.detach().to(torch.float64)
-    gram = a @ a.T if a.shape[0] <= a.shape[1] else a.T @ a
-    return math.sqrt(max(float(torch.linalg.eigvalsh(gram)[-1]), 0.0))
+    return gram_op_norm(gram(A))
 
 
 def flat_params(module: nn.Module) -> torch.Tensor:
@@ -166,19 +204,52 @@ def plain_linear(module: nn.Module, wrapper: type) -> nn.Linear | None:
         holders = [module, layer]
     else:
         return None
-    if [n for n, _ in layer.named_parameters()] not in (["weight", "bias"], ["weight"]):
+    if not _plain_params(layer):
         return None
     if len(list(module.parameters())) != len(list(layer.parameters())):
         return None
+    return layer if _unhooked(holders) else None
+
+
+def _plain_params(layer: nn.Linear) -> bool:
+    """Whether ``layer`` has the parameters ``weight`` and ``bias``, or ``weight`` alone."""
+    return [n for n, _ in layer.named_parameters()] in (["weight", "bias"], ["weight"])
+
+
+def _unhooked(holders: Sequence[nn.Module]) -> bool:
+    """Whether no hook but the toolkit's recording ones is on ``holders`` or registered globally."""
     from torch.nn.modules import module as torch_module
 
     hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
     registered = [fn for h in holders for name in hooks for fn in getattr(h, name, {}).values()]
     # torch.nn.modules.module.register_module_forward_hook and the like
     registered += [fn for name in hooks for fn in getattr(torch_module, f"_global{name}").values()]
-    if not all(_observing(fn) for fn in registered):
+    return all(_observing(fn) for fn in registered)
+
+
+def plain_mlp(module: nn.Module) -> tuple[nn.Linear, nn.Linear] | None:
+    """The two layers of a toolkit ``MLPEmbedding`` that is exactly ``Linear → ReLU → Linear``.
+
+    The same conditions as :func:`plain_linear`: these types only, plain parameters, no hooks
+    but the toolkit's recording ones; ``None`` otherwise (then only autograd knows its
+    derivatives).
+    """
+    from ..vfl.models import MLPEmbedding
+
+    net = getattr(module, "net", None)
+    if type(module) is not MLPEmbedding or type(net) is not nn.Sequential:
         return None
-    return layer
+    layers = list(cast(nn.Sequential, net).children())
+    if [type(q) for q in layers] != [nn.Linear, nn.ReLU, nn.Linear]:
+        return None
+    first, last = cast(nn.Linear, layers[0]), cast(nn.Linear, layers[2])
+    if not (_plain_params(first) and _plain_params(last)):
+        return None
+    if len(list(module.parameters())) != len(list(first.parameters())) + len(
+        list(last.parameters())
+    ):
+        return None
+    return (first, last) if _unhooked([module, net, *layers]) else None
 
 
 def _observing(hook: Any) -> bool:
@@ -186,18 +257,13 @@ def _observing(hook: Any) -> bool:
     return str(getattr(hook, "__module__", "")).startswith("cvfl_sim.")
 
 
-def _linear_head_blocks(
-    layer: nn.Linear,
-    theta0: torch.Tensor,
-    Z: torch.Tensor,
-    y: torch.Tensor,
-    sizes: Sequence[int],
-    blocks: Sequence[int] | None,
-) -> list[torch.Tensor]:
-    r""":func:`embedding_hessian_blocks` of a linear softmax head, in closed form.
+def linear_head_second_derivatives(
+    layer: nn.Linear, theta0: torch.Tensor, Z: torch.Tensor, y: torch.Tensor, mean: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The two kinds of second derivative of a linear softmax head's batch-mean cross entropy.
 
     With :math:`u_i = A z_i + c`, :math:`p_i = \mathrm{softmax}(u_i)`, :math:`g_i = p_i - e_{y_i}`
-    and :math:`S_i = \mathrm{diag}(p_i) - p_i p_i^\top`, the batch-mean cross entropy has
+    and :math:`S_i = \mathrm{diag}(p_i) - p_i p_i^\top`,
 
     .. math::
        \frac{\partial^2 F_B}{\partial z_{ia}\,\partial z_{kq}} = \frac{\delta_{ik}}{B}
@@ -206,8 +272,10 @@ def _linear_head_blocks(
        z_{iq} + g_{ic}\delta_{aq}\bigr), \quad
        \frac{\partial^2 F_B}{\partial z_{ia}\,\partial c_c} = \frac1B (S_i A)_{ca},
 
-    assembled in the same row and column order as the autograd path (``θ_0 = [vec(A), c]``,
-    row-major; ``vec(Z)`` row-major), at the point ``theta0`` (not the module's own values).
+    at the point ``theta0`` (``θ_0 = [vec(A), c]``, row-major; not the module's own values).
+    Returns ``theta_cols`` ``(B, P, n0)``, the θ_0 columns of row ``(i, a)``, and ``zz``
+    ``(B, P, P)``, :math:`(A^\top S_i A)_{aq} / B` (the embedding columns of sample ``i``).
+    ``mean=False`` leaves out the factor :math:`1/B`: the per-sample loss's derivatives.
     """
     B, P = Z.shape
     C = layer.out_features
@@ -228,25 +296,90 @@ def _linear_head_blocks(
     parts = [dA.reshape(B, P, C * P)]
     if layer.bias is not None:
         parts.append(SA.transpose(1, 2))
-    theta_cols = torch.cat(parts, dim=2) / B  # (B, P, n0): rows (i, a)
+    theta_cols = torch.cat(parts, dim=2)  # (B, P, n0): rows (i, a)
+    zz = A.T @ SA  # (B, P, P): (A^T S_i A)_{aq}
+    return (theta_cols / B, zz / B) if mean else (theta_cols, zz)
+
+
+def _linear_head_block(
+    theta_cols: torch.Tensor, zz: torch.Tensor, off: Sequence[int], m: int
+) -> torch.Tensor:
+    """Dense block ``m`` of a linear head from :func:`linear_head_second_derivatives` (``off``: block offsets)."""
+    B, _, n0 = theta_cols.shape
+    if m == 0:
+        return theta_cols.permute(2, 0, 1).reshape(n0, -1)
+    a = slice(off[m - 1], off[m])
+    Pm = off[m] - off[m - 1]
+    rows_t = theta_cols[:, a, :].reshape(B * Pm, n0)
+    # the other blocks' columns of every sample k: nonzero only for k = i
+    other = torch.cat([zz[:, a, : off[m - 1]], zz[:, a, off[m] :]], dim=2)  # (B, Pm, P-Pm)
+    Q = other.shape[2]
+    rows_z = torch.zeros(B, Pm, B, Q, dtype=zz.dtype)
+    idx = torch.arange(B)
+    rows_z[idx, :, idx, :] = other
+    return torch.cat([rows_t, rows_z.reshape(B * Pm, B * Q)], dim=1)
+
+
+def _linear_head_blocks(
+    layer: nn.Linear,
+    theta0: torch.Tensor,
+    Z: torch.Tensor,
+    y: torch.Tensor,
+    sizes: Sequence[int],
+    blocks: Sequence[int] | None,
+) -> list[torch.Tensor]:
+    r""":func:`embedding_hessian_blocks` of a linear softmax head, in closed form.
+
+    From :func:`linear_head_second_derivatives`, assembled in the same row and column order as
+    the autograd path (``vec(Z)`` row-major).
+    """
+    theta_cols, zz = linear_head_second_derivatives(layer, theta0, Z, y)
+    off = [0, *itertools.accumulate(sizes)]
+    chosen = range(len(sizes) + 1) if blocks is None else blocks
+    return [_linear_head_block(theta_cols, zz, off, m) for m in chosen]
+
+
+def embedding_hessian_grams(
+    server: nn.Module,
+    theta0: torch.Tensor,
+    Z: torch.Tensor,
+    y: torch.Tensor,
+    sizes: Sequence[int],
+    blocks: Sequence[int] | None = None,
+) -> list[torch.Tensor]:
+    r""":func:`gram` of each block of :func:`embedding_hessian_blocks`, float64, same arguments.
+
+    For a linear softmax head block ``m >= 1`` is :math:`[R_m \mid D_m]`: ``B P_m`` rows, the
+    θ_0 columns :math:`R_m` and the other embeddings' columns :math:`D_m`, which are block
+    diagonal (row ``(i, a)`` sees only sample ``i``'s other entries, through
+    :math:`A^\top S_i A / B`). So its Gram is :math:`R_m R_m^\top + \mathrm{blockdiag}_i(D_i
+    D_i^\top)`, formed without the dense block (``B`` times fewer products). Other heads: the
+    dense autograd blocks' :func:`gram`.
+    """
+    from ..vfl.models import LinearHead
+
+    layer = plain_linear(server, LinearHead)
+    if layer is None:
+        return [gram(A) for A in embedding_hessian_blocks(server, theta0, Z, y, sizes, blocks)]
+    B = Z.shape[0]
+    theta_cols, zz = linear_head_second_derivatives(
+        layer, theta0.to(torch.float64), Z.to(torch.float64), y
+    )
     n0 = theta_cols.shape[2]
-    zz = (A.T @ SA) / B  # (B, P, P): (A^T S_i A)_{aq} / B
     off = [0, *itertools.accumulate(sizes)]
     out = []
     for m in range(len(sizes) + 1) if blocks is None else blocks:
-        if m == 0:
-            out.append(theta_cols.permute(2, 0, 1).reshape(n0, B * P))
+        Pm = off[m] - off[m - 1] if m else 0
+        if m == 0 or B * Pm > n0 + B * (off[-1] - Pm):  # the column side is the shorter
+            out.append(gram(_linear_head_block(theta_cols, zz, off, m)))
             continue
         a = slice(off[m - 1], off[m])
-        Pm = off[m] - off[m - 1]
         rows_t = theta_cols[:, a, :].reshape(B * Pm, n0)
-        # the other blocks' columns of every sample k: nonzero only for k = i
         other = torch.cat([zz[:, a, : off[m - 1]], zz[:, a, off[m] :]], dim=2)  # (B, Pm, P-Pm)
-        Q = P - Pm
-        rows_z = torch.zeros(B, Pm, B, Q, dtype=z.dtype)
+        G = rows_t @ rows_t.T
         idx = torch.arange(B)
-        rows_z[idx, :, idx, :] = other
-        out.append(torch.cat([rows_t, rows_z.reshape(B * Pm, B * Q)], dim=1))
+        G.view(B, Pm, B, Pm)[idx, :, idx, :] += other @ other.transpose(1, 2)
+        out.append(G)
     return out
 
 
@@ -256,3 +389,93 @@ def embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Tensor:
     with torch.enable_grad():
         h = party(x)
         return jacobian(h, params)
+
+
+def per_sample_embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+    r"""Per-sample :math:`\nabla_{\theta_m} h_m(\theta_m; x_i)`, ``(B, P_m, |θ_m|)``, closed form.
+
+    For the plain MLPs (:func:`plain_mlp`, :func:`plain_linear`; notation of
+    :func:`embedding_jacobian_gram`): :math:`\partial h_a / \partial V_{jl} = W_{aj} s_{ij}
+    x_{il}`, :math:`\partial h_a / \partial b_j = W_{aj} s_{ij}`, :math:`\partial h_a /
+    \partial W_{a'j} = \delta_{aa'} r_{ij}`, :math:`\partial h_a / \partial c_{a'} =
+    \delta_{aa'}`; columns in the order of ``party.named_parameters()`` (each row-major), in
+    the party's dtype. ``None`` for any other module (use autograd).
+    """
+    from ..vfl.models import MLPEmbedding
+
+    layers = plain_mlp(party)
+    single = None if layers is not None else plain_linear(party, MLPEmbedding)
+    X = x.detach()
+    B = X.shape[0]
+
+    def linear_part(layer: nn.Linear, inp: torch.Tensor) -> list[torch.Tensor]:
+        P, D = layer.out_features, inp.shape[1]
+        eye = torch.eye(P, dtype=inp.dtype)
+        cols = [(eye[None, :, :, None] * inp[:, None, None, :]).reshape(B, P, P * D)]
+        if layer.bias is not None:
+            cols.append(eye.expand(B, P, P))
+        return cols
+
+    if single is not None:
+        return torch.cat(linear_part(single, X), dim=2)
+    if layers is None:
+        return None
+    first, last = layers
+    V, W = first.weight.detach(), last.weight.detach()
+    u = X @ V.T
+    if first.bias is not None:
+        u = u + first.bias.detach()
+    Ws = (u > 0).to(X.dtype)[:, None, :] * W[None, :, :]  # (B, P, h): W_aj s_ij
+    cols = [(Ws[:, :, :, None] * X[:, None, None, :]).reshape(B, W.shape[0], -1)]
+    if first.bias is not None:
+        cols.append(Ws)
+    return torch.cat(cols + linear_part(last, torch.relu(u)), dim=2)
+
+
+def embedding_jacobian_gram(party: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    r""":func:`gram` of :func:`embedding_jacobian` (float64), in closed form for the plain MLPs.
+
+    For :math:`h_a(x_i) = \sum_j W_{aj}\, r_{ij} + c_a`, :math:`r_{ij} = \mathrm{relu}(u_{ij})`,
+    :math:`u_i = V x_i + b` (:func:`plain_mlp`), with :math:`s_{ij} = 1[u_{ij} > 0]` (autograd's
+    derivative of relu, 0 at 0), the Jacobian's rows :math:`(i, a)` have the inner products
+
+    .. math::
+       (J J^\top)_{(i,a),(k,b)} = \delta_{ab}\,(r_i^\top r_k + 1)
+       + \sum_j W_{aj} W_{bj}\, s_{ij} s_{kj}\,(x_i^\top x_k + 1)
+
+    (the terms ``+ 1`` from the biases ``c`` and ``b``, where the layers have them): the
+    ``(B P_m)``-square Gram without the ``(B P_m, |θ_m|)`` Jacobian. A single linear map
+    (:func:`plain_linear`) has :math:`\delta_{ab}(x_i^\top x_k + 1)`. Any other module, or
+    more rows than parameters (the other Gram is the smaller): the autograd Jacobian's
+    :func:`gram`.
+    """
+    from ..vfl.models import MLPEmbedding
+
+    layers = plain_mlp(party)
+    single = None if layers is not None else plain_linear(party, MLPEmbedding)
+    out = layers[1] if layers is not None else single
+    n_params = sum(q.numel() for q in party.parameters())
+    if out is None or x.shape[0] * out.out_features > n_params:
+        return gram(embedding_jacobian(party, x))  # (or the parameter side is the shorter)
+    f64 = torch.float64
+    X = x.detach().to(f64)
+    B = X.shape[0]
+
+    def inner(a: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return a @ a.T + (1.0 if bias is not None else 0.0)
+
+    if single is not None:
+        eye = torch.eye(single.out_features, dtype=f64)
+        return torch.kron(inner(X, single.bias), eye)
+    assert layers is not None
+    first, last = layers
+    V, W = first.weight.detach().to(f64), last.weight.detach().to(f64)
+    u = X @ V.T
+    if first.bias is not None:
+        u = u + first.bias.detach().to(f64)
+    r = torch.relu(u)
+    P = W.shape[0]
+    Ws = ((u > 0).to(f64)[:, None, :] * W[None, :, :]).reshape(B * P, -1)  # rows (i, a)
+    G = (Ws @ Ws.T).view(B, P, B, P) * inner(X, first.bias)[:, None, :, None]
+    G += inner(r, last.bias)[:, None, :, None] * torch.eye(P, dtype=f64)[None, :, None, :]
+    return G.reshape(B * P, B * P)

@@ -53,12 +53,13 @@ from torch import nn
 
 from cvfl_theory.table import Table
 
+from ..vfl.threads import blas_threads
 from ._autodiff import (
-    embedding_hessian_blocks,
-    embedding_jacobian,
+    embedding_hessian_grams,
+    embedding_jacobian_gram,
     flat_params,
     grad,
-    op_norm,
+    gram_op_norm,
     server_loss,
     sq,
 )
@@ -285,6 +286,43 @@ class Lemma1Probe:
 
             self._bar = progress_bar(None, self.progress, "Lemma-1 probe", "probe")
         tick = time.perf_counter()
+        with blas_threads(1):  # small dense problems: one BLAS thread is the faster
+            row = self._measure(
+                round_index,
+                step,
+                parties,
+                server,
+                x,
+                y,
+                stale,
+                stale_hat,
+                theta0,
+                theta0_hat,
+                compressors,
+                server_compressor,
+                error_feedback,
+            )
+        self._rows.append(row)
+        self.seconds += time.perf_counter() - tick
+        self._bar.update(1)
+
+    def _measure(
+        self,
+        round_index: int,
+        step: int,
+        parties: Sequence[nn.Module],
+        server: nn.Module,
+        x: Sequence[torch.Tensor],
+        y: torch.Tensor,
+        stale: torch.Tensor,
+        stale_hat: torch.Tensor,
+        theta0: torch.Tensor,
+        theta0_hat: torch.Tensor,
+        compressors: Sequence[Any],
+        server_compressor: Any,
+        error_feedback: bool,
+    ) -> dict[str, Any]:
+        """One probed point: the row of the report (arguments as for :meth:`__call__`)."""
         # float64 copies: the left side is a difference of two close gradients
         P64 = [copy.deepcopy(p).to(_F64) for p in parties]
         S64 = copy.deepcopy(server).to(_F64)
@@ -310,10 +348,11 @@ class Lemma1Probe:
                     (t0h, _with_block(Zh, fresh[m - 1], sizes, m)),
                 ]
             H[m] = max(
-                op_norm(embedding_hessian_blocks(S64, t, z, y, sizes, [m])[0]) for t, z in points
+                gram_op_norm(embedding_hessian_grams(S64, t, z, y, sizes, [m])[0])
+                for t, z in points
             )
             if m >= 1:
-                G[m] = op_norm(embedding_jacobian(P64[m - 1], x64[m - 1]))
+                G[m] = gram_op_norm(embedding_jacobian_gram(P64[m - 1], x64[m - 1]))
 
         # the round's errors: realised and expected (each compressor's error law)
         E_real = np.zeros(M + 1)
@@ -340,20 +379,16 @@ class Lemma1Probe:
                 server_compressor,
             )
         )
-        self._rows.append(
-            {
-                "round": int(round_index),
-                "step": int(step),
-                "left": left,
-                "H": H,
-                "G": G,
-                "E_realised": E_real,
-                "E_expected": E_exp,
-                "tight": tight,
-            }
-        )
-        self.seconds += time.perf_counter() - tick
-        self._bar.update(1)
+        return {
+            "round": int(round_index),
+            "step": int(step),
+            "left": left,
+            "H": H,
+            "G": G,
+            "E_realised": E_real,
+            "E_expected": E_exp,
+            "tight": tight,
+        }
 
     def _tight(
         self,

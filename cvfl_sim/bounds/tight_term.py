@@ -59,7 +59,12 @@ from torch.func import functional_call, jacrev, vmap
 
 from cvfl_theory.table import Table
 
-from ._autodiff import flat_params, plain_linear
+from ._autodiff import (
+    flat_params,
+    linear_head_second_derivatives,
+    per_sample_embedding_jacobian,
+    plain_linear,
+)
 from .analytic_constants import softmax_parts
 
 __all__ = [
@@ -306,12 +311,23 @@ def _derivatives(
     y: Any,
     loss: Any = None,
 ) -> _Derivatives:
+    from ..vfl.models import LinearHead
+
     with torch.no_grad():
         H = [p(x) for p, x in zip(parties, inputs)]
     sizes = [int(h.shape[1]) for h in H]
     z = torch.cat(H, dim=1).detach()
     B, P = z.shape
     sp = {k: v.detach() for k, v in server.named_parameters()}
+
+    lin = plain_linear(server, LinearHead) if loss is None else None
+    if lin is not None:  # closed forms (the same values as the torch.func path below)
+        theta_cols, zz = linear_head_second_derivatives(lin, flat_params(server), z, y, mean=False)
+        closed = [per_sample_embedding_jacobian(net, x) for net, x in zip(parties, inputs)]
+        if all(j is not None for j in closed):
+            J_closed = [j for j in closed if j is not None]
+            A0c = theta_cols.transpose(1, 2)
+            return _Derivatives(z, sizes, zz, A0c, J_closed, int(A0c.shape[1]))
 
     def ell(params: dict[str, torch.Tensor], zi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
         logits = functional_call(server, params, (zi.unsqueeze(0),))
@@ -354,8 +370,9 @@ def _server_part(J: np.ndarray, A_m0: np.ndarray, s0: float) -> float:
 
     ``J`` is ``(B, P_m, N_m)``, ``A_m0`` is ``(B, N_0, P_m)`` (:math:`A_{m0,i}^\top`).
     """
-    B = J.shape[0]
-    S = np.einsum("bpn,bkp->nk", J, A_m0)
+    B, P, N = J.shape
+    # S = sum_i J_i^T A_{m0,i}^T, as one (N, B P) @ (B P, N_0) product
+    S = J.transpose(2, 0, 1).reshape(N, B * P) @ A_m0.transpose(0, 2, 1).reshape(B * P, -1)
     return s0 * float(np.sum(S**2)) / B**2
 
 
@@ -363,6 +380,14 @@ def _op_norm_wj(Wm: np.ndarray, K: np.ndarray) -> np.ndarray:
     r"""Per-sample :math:`\|W_m J_{m,i}\|_{op}` from :math:`K_i = J_{m,i} J_{m,i}^\top`."""
     WKW = np.einsum("kp,bpq,lq->bkl", Wm, K, Wm)
     return np.sqrt(np.linalg.eigvalsh(WKW)[:, -1].clip(min=0.0))
+
+
+def _max_op_norm(A: np.ndarray) -> float:
+    r""":math:`\max_i \|A_i\|_{op}` over a stack ``(B, n, p)``, from the smaller Gram of each."""
+    G = A.transpose(0, 2, 1) @ A if A.shape[2] <= A.shape[1] else A @ A.transpose(0, 2, 1)
+    if G.shape[1] == 0:
+        return 0.0
+    return math.sqrt(max(float(np.linalg.eigvalsh(G)[:, -1].max()), 0.0))
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -695,7 +720,7 @@ def tight_lemma1_bound(
     # m = 0: J = I, only the parties' errors
     for j in range(M):
         first[0] += _party_part(None, A0[:, :, blk[j]], s2[j])
-        H = float(np.max(np.linalg.norm(A0[:, :, blk[j]], 2, axis=(1, 2))))
+        H = _max_op_norm(A0[:, :, blk[j]])
         sup[0] += H**2 * d.sizes[j] * float(np.max(s2[j])) / B
     W = _np(head.weight) if head is not None else None
     zeta = np.sqrt(np.sum(_np(d.z) ** 2, axis=1) + 1.0)
@@ -706,19 +731,19 @@ def tight_lemma1_bound(
         rem[0] = _dithered_remainder(0, W, d.sizes, zeta, s2, s0, one, one, sm, kinds) ** 2
     for m in range(1, M + 1):
         Jm = J[m - 1]
-        K = np.einsum("bpn,bqn->bpq", Jm, Jm)
+        K = Jm @ Jm.transpose(0, 2, 1)  # (B, P_m, P_m): J_i J_i^T
         G2 = np.linalg.eigvalsh(K)[:, -1].clip(min=0.0)
         for j in range(M):
             if j == m - 1:
                 continue
             A = Hzz[:, blk[m - 1], blk[j]]
             first[m] += _party_part(K, A, s2[j])
-            H = float(np.max(np.linalg.norm(A, 2, axis=(1, 2))))
+            H = _max_op_norm(A)
             sup[m] += float(np.max(G2)) * H**2 * d.sizes[j] * float(np.max(s2[j])) / B
         if s0 > 0:
             A_m0 = A0[:, :, blk[m - 1]]  # (B, N0, P_m)
             first[m] += _server_part(Jm, A_m0, s0)
-            H0 = float(np.max(np.linalg.norm(A_m0, 2, axis=(1, 2))))
+            H0 = _max_op_norm(A_m0)
             sup[m] += float(np.max(G2)) * H0**2 * min(d.sizes[m - 1], d.n0) * s0
         if remainder:
             assert W is not None
@@ -857,7 +882,7 @@ def realised_lemma1_bound(
         g = g + np.einsum("bnp,n->bp", A0[:, :, blk[m - 1]], e0)
         lin = np.einsum("bpn,bp->n", Jm, g) / B
         first[m] = float(np.sum(lin**2))
-        K = np.einsum("bpn,bqn->bpq", Jm, Jm)
+        K = Jm @ Jm.transpose(0, 2, 1)  # (B, P_m, P_m): J_i J_i^T
         G = np.sqrt(np.linalg.eigvalsh(K)[:, -1].clip(min=0.0))
         GW = _op_norm_wj(W[:, blk[m - 1]], K)
         rem[m] = _realised_remainder(m, W, d.sizes, z, eps, E, e, G, GW, sm) ** 2

@@ -1,4 +1,4 @@
-"""Torch intra-op threads for small-model training: one by default, set for a block and restored.
+"""Threads for small-model work: torch's intra-op threads and the BLAS pools, set for a block.
 
 The simulator's models are tiny (a party's MLP step is about a millisecond), so torch's intra-op
 parallelism costs more in synchronisation than it saves: on a busy 2-core machine 80
@@ -6,14 +6,21 @@ forward/backward passes of the tiny MLP took 7.5 s with 2 intra-op threads and 0
 ``cvfl train``, ``cvfl bound``, ``cvfl reproduce`` and every sweep worker therefore train under
 :func:`torch_threads` with :data:`DEFAULT_THREADS` unless ``--threads`` says otherwise;
 independent runs use the other cores (:mod:`cvfl_sim.experiments.sweep`).
+
+The same holds for the BLAS and LAPACK of numpy and scipy on the small dense problems of the
+convergence probes (256-square eigenvalue problems, thin products): on a 2-core machine a
+Lemma-1 probe took about 1.5 times as long with OpenBLAS's two threads as with one. The probes
+run under :func:`blas_threads` (one thread).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
+from typing import Any
 
-__all__ = ["DEFAULT_THREADS", "check_threads", "torch_threads"]
+__all__ = ["DEFAULT_THREADS", "blas_threads", "check_threads", "torch_threads"]
 
 DEFAULT_THREADS = 1
 """Torch intra-op threads of one small-model training run unless told otherwise."""
@@ -56,3 +63,28 @@ def torch_threads(threads: int = DEFAULT_THREADS) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(saved)
+
+
+@cache
+def _controller() -> Any:
+    """One ``threadpoolctl`` controller for the process (building it scans the loaded libraries)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+@contextmanager
+def blas_threads(threads: int = 1) -> Iterator[None]:
+    """Run the block with at most ``threads`` threads in the BLAS libraries (numpy's, scipy's).
+
+    Uses ``threadpoolctl`` on the libraries loaded when it was first called; the previous limits
+    are restored on exit, also after an error.
+
+    Examples
+    --------
+    >>> with blas_threads(1):
+    ...     pass
+    """
+    n = check_threads(threads)
+    with _controller().limit(limits=n, user_api="blas"):
+        yield
