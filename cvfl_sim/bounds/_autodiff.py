@@ -51,7 +51,7 @@ def jacobian(out: torch.Tensor, wrt: Sequence[torch.Tensor]) -> torch.Tensor:
     (``is_grads_batched``), or one product per row if an operator has no batching rule.
     """
     K = out.numel()
-    eye = torch.eye(K, dtype=out.dtype).reshape(K, *out.shape)
+    eye = torch.eye(K, dtype=out.dtype, device=out.device).reshape(K, *out.shape)
     try:
         rows = grad(out, wrt, grad_outputs=eye, retain_graph=True, is_grads_batched=True)
         return torch.cat([r.reshape(K, -1) for r in rows], dim=1)
@@ -86,7 +86,7 @@ def gram_op_norm(G: torch.Tensor) -> float:
     n = int(G.shape[0])
     if n == 0:
         return 0.0
-    g = G.detach().to(torch.float64).numpy()
+    g = G.detach().to(torch.float64).cpu().numpy()
     if not np.isfinite(g).all():
         return math.nan
     top = scipy.linalg.eigh(
@@ -282,14 +282,14 @@ def linear_head_second_derivatives(
     z = Z.detach()
     t = theta0.detach().reshape(-1).to(z.dtype)
     A = t[: C * P].reshape(C, P)
-    c = t[C * P :] if layer.bias is not None else torch.zeros(C, dtype=z.dtype)
+    c = t[C * P :] if layer.bias is not None else torch.zeros(C, dtype=z.dtype, device=z.device)
     p = torch.softmax(z @ A.T + c, dim=1)
     g = p.clone()
-    g[torch.arange(B), y] -= 1.0
+    g[torch.arange(B, device=z.device), y] -= 1.0
     S = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]  # (B, C, C)
     SA = S @ A  # (B, C, P): (S_i A)_{ca}
     # d^2 F / d z_{ia} d A_{cq}, as (B, P(a), C, P(q)); the bias part (B, P(a), C)
-    eye = torch.eye(P, dtype=z.dtype)
+    eye = torch.eye(P, dtype=z.dtype, device=z.device)
     dA = (SA.transpose(1, 2)[:, :, :, None] * z[:, None, None, :]) + (
         g[:, None, :, None] * eye[None, :, None, :]
     )
@@ -314,8 +314,8 @@ def _linear_head_block(
     # the other blocks' columns of every sample k: nonzero only for k = i
     other = torch.cat([zz[:, a, : off[m - 1]], zz[:, a, off[m] :]], dim=2)  # (B, Pm, P-Pm)
     Q = other.shape[2]
-    rows_z = torch.zeros(B, Pm, B, Q, dtype=zz.dtype)
-    idx = torch.arange(B)
+    rows_z = torch.zeros(B, Pm, B, Q, dtype=zz.dtype, device=zz.device)
+    idx = torch.arange(B, device=zz.device)
     rows_z[idx, :, idx, :] = other
     return torch.cat([rows_t, rows_z.reshape(B * Pm, B * Q)], dim=1)
 
@@ -377,7 +377,7 @@ def embedding_hessian_grams(
         rows_t = theta_cols[:, a, :].reshape(B * Pm, n0)
         other = torch.cat([zz[:, a, : off[m - 1]], zz[:, a, off[m] :]], dim=2)  # (B, Pm, P-Pm)
         G = rows_t @ rows_t.T
-        idx = torch.arange(B)
+        idx = torch.arange(B, device=G.device)
         G.view(B, Pm, B, Pm)[idx, :, idx, :] += other @ other.transpose(1, 2)
         out.append(G)
     return out
@@ -410,7 +410,7 @@ def per_sample_embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Te
 
     def linear_part(layer: nn.Linear, inp: torch.Tensor) -> list[torch.Tensor]:
         P, D = layer.out_features, inp.shape[1]
-        eye = torch.eye(P, dtype=inp.dtype)
+        eye = torch.eye(P, dtype=inp.dtype, device=inp.device)
         cols = [(eye[None, :, :, None] * inp[:, None, None, :]).reshape(B, P, P * D)]
         if layer.bias is not None:
             cols.append(eye.expand(B, P, P))
@@ -465,7 +465,7 @@ def embedding_jacobian_gram(party: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return a @ a.T + (1.0 if bias is not None else 0.0)
 
     if single is not None:
-        eye = torch.eye(single.out_features, dtype=f64)
+        eye = torch.eye(single.out_features, dtype=f64, device=X.device)
         return torch.kron(inner(X, single.bias), eye)
     assert layers is not None
     first, last = layers
@@ -477,5 +477,8 @@ def embedding_jacobian_gram(party: nn.Module, x: torch.Tensor) -> torch.Tensor:
     P = W.shape[0]
     Ws = ((u > 0).to(f64)[:, None, :] * W[None, :, :]).reshape(B * P, -1)  # rows (i, a)
     G = (Ws @ Ws.T).view(B, P, B, P) * inner(X, first.bias)[:, None, :, None]
-    G += inner(r, last.bias)[:, None, :, None] * torch.eye(P, dtype=f64)[None, :, None, :]
+    G += (
+        inner(r, last.bias)[:, None, :, None]
+        * torch.eye(P, dtype=f64, device=X.device)[None, :, None, :]
+    )
     return G.reshape(B * P, B * P)
