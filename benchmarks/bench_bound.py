@@ -5,8 +5,8 @@
    tight term of C4.5 when ``tight=True``) ÷ the time of one plain round of the same run
    (breast cancer, 4 MLP parties, B = 64, Q = 1, 2-bit scalar quantizer). Minimum over
    interleaved repeats, so background load affects both sides alike. Target <= 10 (missed:
-   its exact operator norms alone are 14 symmetric 256 x 256 eigenvalue problems per probe,
-   about 1.2 ms each on the EPYC of the docs' Speed page, so about 13 plain rounds).
+   12 of its 14 exact operator norms are symmetric 256 x 256 eigenvalue problems, about
+   1.2 ms each on the EPYC of the docs' Speed page: about 11 plain rounds).
 2. **Trajectory certificate overhead**: the time :class:`cvfl_sim.bounds.certificate.TrajectoryProbe`
    spends at one local step (full-data loss and gradient, batch gradient, the segment's
    smoothness) ÷ the time of one plain local step of the same run (breast cancer, B = 64,

@@ -1,15 +1,19 @@
 """The closed-form Gram matrices and per-sample Jacobians of the probes, against autograd.
 
-The Lemma-1 probe and the tight term read the spectral and Frobenius norms of the embedding
-Jacobians and of the Hessian cross blocks from Gram matrices built in closed form for the
-toolkit's plain models (MLP parties, linear head). Each is compared here with the Gram of the
-dense autograd matrix (``torch.autograd`` row by row, or ``torch.func.jacrev``), which shares
-no code with the closed forms, at points that include a ReLU exactly at 0 and a saturated
-softmax. A dropped bias term, a wrong factor or a transposed index changes entries by O(1),
-far above the 1e-12 tolerances (float64 rounding of sums of a few hundred terms).
+The Lemma-1 probe and the tight term read the spectral norms of the embedding Jacobians and of
+the Hessian cross blocks from Gram matrices built in closed form for the toolkit's plain models
+(MLP parties, linear head). Each is compared here with the Gram of the dense autograd matrix
+(``torch.autograd`` row by row, or ``torch.func.jacrev``, on a subclass of the model where the
+closed form would otherwise be taken), which shares no code with the closed forms, at points
+that include a ReLU exactly at 0 and a saturated softmax. Each test also makes the autograd
+path raise while the closed form runs, so that it cannot compare autograd with itself. A
+dropped or swapped bias term, a wrong factor or a transposed index changes entries by O(1), far
+above the 1e-12 tolerances (float64 rounding of sums of a few hundred terms).
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
@@ -18,13 +22,13 @@ from threadpoolctl import threadpool_info
 from torch import nn
 from torch.func import functional_call, jacrev, vmap
 
+from cvfl_sim.bounds import _autodiff
 from cvfl_sim.bounds._autodiff import (
     embedding_hessian_blocks,
     embedding_hessian_grams,
     embedding_jacobian,
     embedding_jacobian_gram,
     gram,
-    gram_fro,
     gram_op_norm,
     per_sample_embedding_jacobian,
     plain_mlp,
@@ -35,14 +39,29 @@ from cvfl_sim.vfl.threads import blas_threads
 F64 = torch.float64
 
 
-def _party(D: int, P: int, hidden: int, bias: bool, seed: int) -> MLPEmbedding:
+BIASES = [(True, True), (False, False), (True, False), (False, True)]
+"""(first layer, last layer) has a bias: mixed ones too, so a swapped bias term shows."""
+
+
+def _party(D: int, P: int, hidden: int, bias: bool | tuple[bool, bool], seed: int) -> MLPEmbedding:
     torch.manual_seed(seed)
     net = MLPEmbedding(D, P, hidden).to(F64)
-    if not bias:
-        for layer in net.modules():
-            if isinstance(layer, nn.Linear):
-                layer.bias = None
+    keep = (bias, bias) if isinstance(bias, bool) else bias
+    layers = [q for q in net.modules() if isinstance(q, nn.Linear)]
+    for layer, k in zip(layers if hidden else layers * 2, keep):
+        if not k:
+            layer.bias = None
     return net
+
+
+def _no_autograd(monkeypatch, *names):
+    """Make the named autograd routines of ``_autodiff`` raise: the closed form must not need them."""
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the closed form was expected here, not autograd")
+
+    for name in names:
+        monkeypatch.setattr(_autodiff, name, fail)
 
 
 def _inputs(B: int, D: int, seed: int) -> torch.Tensor:
@@ -58,22 +77,23 @@ def _close(a: torch.Tensor, b: torch.Tensor, rel: float = 1e-12) -> None:
     assert float((a - b).abs().max()) <= rel * max(scale, 1e-300)
 
 
-@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("bias", BIASES)
 @pytest.mark.parametrize("hidden", [16, 3, 0])
-def test_jacobian_gram_equals_autograd(hidden, bias):
-    party = _party(6, 3, hidden, bias, seed=hidden + bias)
+def test_jacobian_gram_equals_autograd(hidden, bias, monkeypatch):
+    party = _party(6, 3, hidden, bias, seed=hidden + sum(bias))
     first = party.net[0] if hidden else party.net
     if first.bias is not None:
         with torch.no_grad():
             first.bias[0] = 0.0  # x[0] = 0: u[0, 0] == 0 exactly (relu's derivative 0 there)
     x = _inputs(5, 6, seed=1)
     J = embedding_jacobian(party, x)
-    assert J.shape[0] <= J.shape[1]  # the closed form is used (rows are the shorter side)
-    G = embedding_jacobian_gram(party, x)
+    assert J.shape[0] <= J.shape[1]  # rows are the shorter side: the closed form's case
+    with monkeypatch.context() as mp:
+        _no_autograd(mp, "embedding_jacobian", "jacobian")
+        G = embedding_jacobian_gram(party, x)
     _close(G, J @ J.T)
     sv = np.linalg.svd(J.numpy(), compute_uv=False)
     assert gram_op_norm(G) == pytest.approx(sv[0], rel=1e-12)
-    assert gram_fro(G) == pytest.approx(float(np.sqrt((sv**2).sum())), rel=1e-12)
 
 
 def test_jacobian_gram_other_side_and_other_modules():
@@ -97,33 +117,47 @@ def test_jacobian_gram_other_side_and_other_modules():
         _close(embedding_jacobian_gram(net, x), J @ J.T)
 
 
+class _Head(LinearHead):
+    """Not the toolkit's own type: autograd builds its blocks (the reference)."""
+
+
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("sizes", [[2, 3], [4, 4, 4, 4], [1], [5]])
-def test_hessian_grams_equal_dense_blocks(bias, sizes):
+def test_hessian_grams_equal_autograd_blocks(bias, sizes, monkeypatch):
     gen = torch.Generator().manual_seed(len(sizes) + 2 * bias)
     P, C, B = sum(sizes), 3, 9
-    head = LinearHead(P, C).to(F64)
+    head, ref = LinearHead(P, C).to(F64), _Head(P, C).to(F64)
     if not bias:
-        head.net.bias = None
+        head.net.bias = ref.net.bias = None
     theta0 = torch.randn(sum(q.numel() for q in head.parameters()), dtype=F64, generator=gen)
     Z = 4.0 * torch.randn(B, P, dtype=F64, generator=gen)
     Z[1] *= 30.0  # a sample near a softmax vertex
     y = torch.randint(0, C, (B,), generator=gen)
-    dense = embedding_hessian_blocks(head, theta0, Z, y, sizes)
-    grams = embedding_hessian_grams(head, theta0, Z, y, sizes)
+    dense = embedding_hessian_blocks(ref, theta0, Z, y, sizes)  # autograd
+    with monkeypatch.context() as mp:
+        _no_autograd(mp, "embedding_hessian_blocks", "jacobian")
+        grams = embedding_hessian_grams(head, theta0, Z, y, sizes)
+        last = embedding_hessian_grams(head, theta0, Z, y, sizes, [len(sizes)])
     assert len(grams) == len(sizes) + 1
     for A, G in zip(dense, grams):
         _close(G, gram(A))
         assert gram_op_norm(G) == pytest.approx(
             float(np.linalg.norm(A.numpy(), 2)), rel=1e-10, abs=1e-300
         )
-    # one block only, and a head autograd must do (an MLP head)
-    assert len(embedding_hessian_grams(head, theta0, Z, y, sizes, [len(sizes)])) == 1
-    mlp = nn.Sequential(nn.Linear(P, 4), nn.Tanh(), nn.Linear(4, C)).to(F64)
+    assert len(last) == 1
+    _close(last[0], grams[-1], rel=0.0)
+
+
+def test_hessian_grams_of_other_heads_are_the_dense_blocks_grams():
+    """An MLP head: the Gram of each autograd block (no closed form for it)."""
+    gen = torch.Generator().manual_seed(7)
+    sizes, C, B = [2, 3], 3, 6
+    mlp = nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, C)).to(F64)
     t = torch.cat([q.detach().reshape(-1) for q in mlp.parameters()])
-    for A, G in zip(
-        embedding_hessian_blocks(mlp, t, Z, y, sizes), embedding_hessian_grams(mlp, t, Z, y, sizes)
-    ):
+    Z = torch.randn(B, 5, dtype=F64, generator=gen)
+    y = torch.randint(0, C, (B,), generator=gen)
+    blocks = embedding_hessian_blocks(mlp, t, Z, y, sizes)
+    for A, G in zip(blocks, embedding_hessian_grams(mlp, t, Z, y, sizes)):
         _close(G, gram(A))
 
 
@@ -141,10 +175,10 @@ def test_gram_op_norm_edges():
 
 
 @pytest.mark.parametrize("hidden", [7, 0])
-@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("bias", BIASES)
 def test_per_sample_jacobian_equals_jacrev(hidden, bias):
     party = _party(4, 3, hidden, bias, seed=10 + hidden)
-    if hidden and bias:
+    if hidden and bias[0]:
         with torch.no_grad():
             party.net[0].bias[0] = 0.0  # x[0] = 0: a pre-activation exactly 0
     x = _inputs(6, 4, seed=11)
@@ -165,8 +199,9 @@ def test_per_sample_jacobian_equals_jacrev(hidden, bias):
     assert per_sample_embedding_jacobian(odd, x) is None
 
 
-def test_tight_term_closed_form_equals_torch_func():
+def test_tight_term_closed_form_equals_torch_func(monkeypatch):
     """The tight term from the closed-form derivatives == from torch.func (a subclassed head)."""
+    from cvfl_sim.bounds import tight_term
     from cvfl_sim.bounds.tight_term import tight_lemma1_bound
 
     class Head(LinearHead):
@@ -180,8 +215,10 @@ def test_tight_term_closed_form_equals_torch_func():
     xs = [_inputs(8, 3, seed=22), _inputs(8, 2, seed=23)]
     y = torch.randint(0, 3, (8,))
     args = (xs, y, [1e-3, 2e-3])
-    fast = tight_lemma1_bound(parties, plain, *args, server_error_var=1e-4, remainder=False)
     ref = tight_lemma1_bound(parties, sub, *args, server_error_var=1e-4, remainder=False)
+    with monkeypatch.context() as mp:
+        mp.setattr(tight_term, "vmap", None)  # the closed form must not need torch.func
+        fast = tight_lemma1_bound(parties, plain, *args, server_error_var=1e-4, remainder=False)
     np.testing.assert_allclose(fast.first_order, ref.first_order, rtol=1e-12, atol=0)
     assert np.all(fast.first_order > 0)
 
@@ -192,8 +229,12 @@ def _blas_threads() -> list[int]:
 
 def test_blas_threads_limits_and_restores():
     before = _blas_threads()
-    assert before  # numpy's BLAS is loaded
+    if not before:
+        pytest.skip("threadpoolctl sees no BLAS library here (e.g. Apple Accelerate)")
     with blas_threads(1):
+        assert set(_blas_threads()) == {1}
+        with blas_threads(1):  # nested
+            assert set(_blas_threads()) == {1}
         assert set(_blas_threads()) == {1}
     assert _blas_threads() == before
     with pytest.raises(RuntimeError, match="inside"):
@@ -203,3 +244,48 @@ def test_blas_threads_limits_and_restores():
     with pytest.raises(ValueError, match="threads must be >= 1"):
         with blas_threads(0):
             pass
+
+
+def test_blas_threads_overlapping_threads(monkeypatch):
+    """A enters, B enters, A leaves, B leaves: one limit, set at A's entry, restored at B's exit.
+
+    A recording controller stands in for threadpoolctl's (OpenBLAS keeps a thread count per
+    calling thread in some builds, so the real counts cannot be read across threads here).
+    """
+    from cvfl_sim.vfl import threads as threads_module
+
+    events: list[str] = []
+
+    class Limiter:
+        def restore_original_limits(self) -> None:
+            events.append("restore")
+
+    class Controller:
+        def limit(self, limits: int, user_api: str) -> Limiter:
+            events.append(f"limit {limits} {user_api}")
+            return Limiter()
+
+    monkeypatch.setattr(threads_module, "_controller", lambda: Controller())
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    inside_b: list[list[str]] = []
+
+    def a() -> None:
+        with blas_threads(1):
+            a_in.set()
+            assert b_in.wait(10)
+        a_out.set()
+
+    def b() -> None:
+        assert a_in.wait(10)
+        with blas_threads(1):
+            b_in.set()
+            assert a_out.wait(10)
+            inside_b.append(list(events))
+
+    workers = [threading.Thread(target=f) for f in (a, b)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(20)
+    assert inside_b == [["limit 1 blas"]]  # A's exit restored nothing while B was inside
+    assert events == ["limit 1 blas", "restore"]

@@ -8,7 +8,7 @@ vector) and the concatenated embeddings :math:`Z = [h_1, \dots, h_M]` of a batch
 toolkit's plain models (a linear softmax head, MLP parties; :func:`plain_linear`,
 :func:`plain_mlp`), checked against autograd in the tests. Norms are exact too: the spectral
 norm from the largest eigenvalue of the Gram matrix of the shorter side (:func:`gram`,
-:func:`gram_op_norm`), the Frobenius norm from its trace. The blocks are small (a batch's
+:func:`gram_op_norm`), the Frobenius norm from the entries. The blocks are small (a batch's
 embeddings), so a dense matrix costs less than a power iteration; the probes build the Gram
 matrices directly where the closed forms allow, without the dense blocks.
 """
@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
-import scipy.linalg
 import torch
 from torch import nn
 
@@ -69,20 +68,23 @@ def jacobian(out: torch.Tensor, wrt: Sequence[torch.Tensor]) -> torch.Tensor:
 def gram(A: torch.Tensor) -> torch.Tensor:
     r"""The Gram matrix of ``A``'s shorter side, in float64: :math:`AA^\top` or :math:`A^\top A`.
 
-    Both have the nonzero eigenvalues :math:`\sigma_i(A)^2` and the trace
-    :math:`\|A\|_F^2`, so :func:`gram_op_norm` and :func:`gram_fro` of it give ``A``'s norms.
+    Both have the nonzero eigenvalues :math:`\sigma_i(A)^2`, so :func:`gram_op_norm` of either
+    is ``A``'s spectral norm.
     """
     a = A.detach().to(torch.float64)
     return a @ a.T if a.shape[0] <= a.shape[1] else a.T @ a
 
 
 def gram_op_norm(G: torch.Tensor) -> float:
-    r""":math:`\sqrt{\lambda_{\max}(G)}` of a Gram matrix :math:`G = AA^\top`: ``A``'s spectral norm.
+    r""":math:`\sqrt{\lambda_{\max}(G)}` of a Gram matrix :math:`G = AA^\top`: ``A``'s 2-norm.
 
     Only the largest eigenvalue is computed (LAPACK ``dsyevx``: tridiagonal reduction, then
     bisection to :math:`\epsilon\|G\|` absolute accuracy, as a full ``eigvalsh``), about twice
-    as fast as all of them. 0 for an empty matrix, ``nan`` if ``G`` has a non-finite entry.
+    as fast as all of them. 0 for an empty matrix; ``nan`` if ``G`` has a non-finite entry
+    (also where a finite ``A``'s Gram overflowed).
     """
+    import scipy.linalg
+
     n = int(G.shape[0])
     if n == 0:
         return 0.0
@@ -93,11 +95,6 @@ def gram_op_norm(G: torch.Tensor) -> float:
         g, eigvals_only=True, subset_by_index=[n - 1, n - 1], driver="evx", check_finite=False
     )
     return math.sqrt(max(float(top[0]), 0.0))
-
-
-def gram_fro(G: torch.Tensor) -> float:
-    r""":math:`\sqrt{\mathrm{tr}\,G}` of a Gram matrix :math:`G = AA^\top`: ``A``'s Frobenius norm."""
-    return math.sqrt(max(float(torch.diagonal(G).sum()), 0.0))
 
 
 def op_norm(A: torch.Tensor) -> float:
@@ -301,19 +298,30 @@ def linear_head_second_derivatives(
     return (theta_cols / B, zz / B) if mean else (theta_cols, zz)
 
 
+def _linear_head_rows(
+    theta_cols: torch.Tensor, zz: torch.Tensor, off: Sequence[int], m: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block ``m >= 1``'s θ_0 columns and, per sample, its other-embedding columns.
+
+    Returns ``(B P_m, n0)`` and ``(B, P_m, P - P_m)``: row ``(i, a)`` of the block is nonzero
+    only in the θ_0 columns and in sample ``i``'s own other-embedding columns.
+    """
+    B, _, n0 = theta_cols.shape
+    a = slice(off[m - 1], off[m])
+    rows_t = theta_cols[:, a, :].reshape(B * (off[m] - off[m - 1]), n0)
+    other = torch.cat([zz[:, a, : off[m - 1]], zz[:, a, off[m] :]], dim=2)
+    return rows_t, other
+
+
 def _linear_head_block(
     theta_cols: torch.Tensor, zz: torch.Tensor, off: Sequence[int], m: int
 ) -> torch.Tensor:
-    """Dense block ``m`` of a linear head from :func:`linear_head_second_derivatives` (``off``: block offsets)."""
+    """Dense block ``m`` from :func:`linear_head_second_derivatives` (``off``: block offsets)."""
     B, _, n0 = theta_cols.shape
     if m == 0:
         return theta_cols.permute(2, 0, 1).reshape(n0, -1)
-    a = slice(off[m - 1], off[m])
-    Pm = off[m] - off[m - 1]
-    rows_t = theta_cols[:, a, :].reshape(B * Pm, n0)
-    # the other blocks' columns of every sample k: nonzero only for k = i
-    other = torch.cat([zz[:, a, : off[m - 1]], zz[:, a, off[m] :]], dim=2)  # (B, Pm, P-Pm)
-    Q = other.shape[2]
+    rows_t, other = _linear_head_rows(theta_cols, zz, off, m)
+    Pm, Q = other.shape[1], other.shape[2]
     rows_z = torch.zeros(B, Pm, B, Q, dtype=zz.dtype, device=zz.device)
     idx = torch.arange(B, device=zz.device)
     rows_z[idx, :, idx, :] = other
@@ -353,8 +361,9 @@ def embedding_hessian_grams(
     θ_0 columns :math:`R_m` and the other embeddings' columns :math:`D_m`, which are block
     diagonal (row ``(i, a)`` sees only sample ``i``'s other entries, through
     :math:`A^\top S_i A / B`). So its Gram is :math:`R_m R_m^\top + \mathrm{blockdiag}_i(D_i
-    D_i^\top)`, formed without the dense block (``B`` times fewer products). Other heads: the
-    dense autograd blocks' :func:`gram`.
+    D_i^\top)`, formed without the dense block (``B`` times fewer products). Block 0, and a
+    block whose column side is the shorter (one party, say), take the :func:`gram` of the dense
+    closed-form block. Other heads: the dense autograd blocks' :func:`gram`.
     """
     from ..vfl.models import LinearHead
 
@@ -373,9 +382,7 @@ def embedding_hessian_grams(
         if m == 0 or B * Pm > n0 + B * (off[-1] - Pm):  # the column side is the shorter
             out.append(gram(_linear_head_block(theta_cols, zz, off, m)))
             continue
-        a = slice(off[m - 1], off[m])
-        rows_t = theta_cols[:, a, :].reshape(B * Pm, n0)
-        other = torch.cat([zz[:, a, : off[m - 1]], zz[:, a, off[m] :]], dim=2)  # (B, Pm, P-Pm)
+        rows_t, other = _linear_head_rows(theta_cols, zz, off, m)
         G = rows_t @ rows_t.T
         idx = torch.arange(B, device=G.device)
         G.view(B, Pm, B, Pm)[idx, :, idx, :] += other @ other.transpose(1, 2)
@@ -391,6 +398,14 @@ def embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return jacobian(h, params)
 
 
+def _plain_party(party: nn.Module) -> tuple[tuple[nn.Linear, nn.Linear] | None, nn.Linear | None]:
+    """``(plain_mlp(party), None)``, ``(None, its single plain layer)`` or ``(None, None)``."""
+    from ..vfl.models import MLPEmbedding
+
+    layers = plain_mlp(party)
+    return layers, None if layers is not None else plain_linear(party, MLPEmbedding)
+
+
 def per_sample_embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
     r"""Per-sample :math:`\nabla_{\theta_m} h_m(\theta_m; x_i)`, ``(B, P_m, |θ_m|)``, closed form.
 
@@ -401,10 +416,7 @@ def per_sample_embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Te
     \delta_{aa'}`; columns in the order of ``party.named_parameters()`` (each row-major), in
     the party's dtype. ``None`` for any other module (use autograd).
     """
-    from ..vfl.models import MLPEmbedding
-
-    layers = plain_mlp(party)
-    single = None if layers is not None else plain_linear(party, MLPEmbedding)
+    layers, single = _plain_party(party)
     X = x.detach()
     B = X.shape[0]
 
@@ -449,10 +461,7 @@ def embedding_jacobian_gram(party: nn.Module, x: torch.Tensor) -> torch.Tensor:
     more rows than parameters (the other Gram is the smaller): the autograd Jacobian's
     :func:`gram`.
     """
-    from ..vfl.models import MLPEmbedding
-
-    layers = plain_mlp(party)
-    single = None if layers is not None else plain_linear(party, MLPEmbedding)
+    layers, single = _plain_party(party)
     out = layers[1] if layers is not None else single
     n_params = sum(q.numel() for q in party.parameters())
     if out is None or x.shape[0] * out.out_features > n_params:

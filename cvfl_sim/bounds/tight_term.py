@@ -292,7 +292,7 @@ def _linear_head(server: nn.Module) -> nn.Linear | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# per-sample derivatives (torch.func)
+# per-sample derivatives (closed forms for the plain models, torch.func otherwise)
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class _Derivatives:

@@ -8,13 +8,14 @@ forward/backward passes of the tiny MLP took 7.5 s with 2 intra-op threads and 0
 independent runs use the other cores (:mod:`cvfl_sim.experiments.sweep`).
 
 The same holds for the BLAS and LAPACK of numpy and scipy on the small dense problems of the
-convergence probes (256-square eigenvalue problems, thin products): on a 2-core machine a
-Lemma-1 probe took about 1.5 times as long with OpenBLAS's two threads as with one. The probes
-run under :func:`blas_threads` (one thread).
+Lemma-1 probe (256-square eigenvalue problems, thin products): on a 2-core machine it took
+about 1.5 times as long with OpenBLAS's two threads as with one, so
+:class:`~cvfl_sim.bounds.lemma1.Lemma1Probe` measures under :func:`blas_threads` (one thread).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -67,18 +68,47 @@ def torch_threads(threads: int = DEFAULT_THREADS) -> Iterator[None]:
 
 @cache
 def _controller() -> Any:
-    """One ``threadpoolctl`` controller for the process (building it scans the loaded libraries)."""
+    """One ``threadpoolctl`` controller for the process, over numpy's and scipy's BLAS.
+
+    Building it scans the loaded libraries (about a millisecond), so it is built once; numpy and
+    scipy's LAPACK are imported first, so that both BLAS libraries are among those it sees.
+    """
+    import numpy  # noqa: F401
+    import scipy.linalg  # noqa: F401
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()
+
+
+class _BlasLimit:
+    """The process-wide BLAS limit of :func:`blas_threads`.
+
+    Set on the first entry and restored on the last exit, whichever threads enter: a BLAS
+    thread count belongs to the process.
+    """
+
+    lock = threading.Lock()
+    depth = 0
+    limiter: Any = None
 
 
 @contextmanager
 def blas_threads(threads: int = 1) -> Iterator[None]:
     """Run the block with at most ``threads`` threads in the BLAS libraries (numpy's, scipy's).
 
-    Uses ``threadpoolctl`` on the libraries loaded when it was first called; the previous limits
-    are restored on exit, also after an error.
+    The limit belongs to the process: the outermost block sets it and the last block to end
+    restores the previous limits, also after an error. Blocks that overlap (nested, or in
+    several threads) run under the limit of the first one.
+
+    Parameters
+    ----------
+    threads : int
+        Threads (``>= 1``) the BLAS libraries may use inside the block.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``threads`` is not an integer ``>= 1``.
 
     Examples
     --------
@@ -86,5 +116,15 @@ def blas_threads(threads: int = 1) -> Iterator[None]:
     ...     pass
     """
     n = check_threads(threads)
-    with _controller().limit(limits=n, user_api="blas"):
+    with _BlasLimit.lock:
+        if _BlasLimit.depth == 0:
+            _BlasLimit.limiter = _controller().limit(limits=n, user_api="blas")
+        _BlasLimit.depth += 1
+    try:
         yield
+    finally:
+        with _BlasLimit.lock:
+            _BlasLimit.depth -= 1
+            if _BlasLimit.depth == 0:
+                limiter, _BlasLimit.limiter = _BlasLimit.limiter, None
+                limiter.restore_original_limits()
