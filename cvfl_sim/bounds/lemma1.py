@@ -287,108 +287,77 @@ class Lemma1Probe:
             self._bar = progress_bar(None, self.progress, "Lemma-1 probe", "probe")
         tick = time.perf_counter()
         with blas_threads(1):  # small dense problems: one BLAS thread is the faster
-            row = self._measure(
-                round_index,
-                step,
-                parties,
-                server,
-                x,
-                y,
-                stale,
-                stale_hat,
-                theta0,
-                theta0_hat,
-                compressors,
-                server_compressor,
-                error_feedback,
+            # float64 copies: the left side is a difference of two close gradients
+            P64 = [copy.deepcopy(p).to(_F64) for p in parties]
+            S64 = copy.deepcopy(server).to(_F64)
+            x64 = [xm.to(_F64) for xm in x]
+            Z, Zh = stale.detach().to(_F64), stale_hat.detach().to(_F64)
+            t0, t0h = theta0.detach().to(_F64).reshape(-1), theta0_hat.detach().to(_F64).reshape(-1)
+            M = len(P64)
+            left = lemma1_left(P64, S64, x64, y, Z, Zh, t0, t0h)
+
+            # constants at both points of every block (chain reading, operator norms)
+            H = np.zeros(M + 1)
+            G = np.ones(M + 1)
+            with torch.no_grad():
+                t_now = flat_params(S64)
+                fresh = [p(xm) for p, xm in zip(P64, x64)]
+            sizes = [int(h.shape[1]) for h in fresh]
+            for m in range(M + 1):
+                if m == 0:
+                    points = [(t_now, Z), (t_now, Zh)]
+                else:
+                    points = [
+                        (t0, _with_block(Z, fresh[m - 1], sizes, m)),
+                        (t0h, _with_block(Zh, fresh[m - 1], sizes, m)),
+                    ]
+                H[m] = max(
+                    gram_op_norm(embedding_hessian_grams(S64, t, z, y, sizes, [m])[0])
+                    for t, z in points
+                )
+                if m >= 1:
+                    G[m] = gram_op_norm(embedding_jacobian_gram(P64[m - 1], x64[m - 1]))
+
+            # the round's errors: realised and expected (each compressor's error law)
+            E_real = np.zeros(M + 1)
+            E_exp = np.full(M + 1, np.nan)
+            E_real[0] = float(((t0h - t0) ** 2).sum())
+            for j, (blk, blk_hat) in enumerate(zip(Z.split(sizes, 1), Zh.split(sizes, 1)), start=1):
+                E_real[j] = float(((blk_hat - blk) ** 2).sum())
+            if not error_feedback:  # with EF the compressor's input is h - memory, not h
+                E_exp[0] = float(server_compressor.expected_error(theta0.detach().reshape(1, -1)))
+                for j, (c, h) in enumerate(
+                    zip(compressors, stale.detach().split(sizes, 1)), start=1
+                ):
+                    E_exp[j] = float(c.expected_error(h))
+            tight = (
+                None
+                if error_feedback
+                else self._tight(
+                    step,
+                    P64,
+                    S64,
+                    x64,
+                    y,
+                    [bh - bz for bh, bz in zip(Zh.split(sizes, 1), Z.split(sizes, 1))],
+                    t0h - t0,
+                    compressors,
+                    server_compressor,
+                )
             )
+            row = {
+                "round": int(round_index),
+                "step": int(step),
+                "left": left,
+                "H": H,
+                "G": G,
+                "E_realised": E_real,
+                "E_expected": E_exp,
+                "tight": tight,
+            }
         self._rows.append(row)
         self.seconds += time.perf_counter() - tick
         self._bar.update(1)
-
-    def _measure(
-        self,
-        round_index: int,
-        step: int,
-        parties: Sequence[nn.Module],
-        server: nn.Module,
-        x: Sequence[torch.Tensor],
-        y: torch.Tensor,
-        stale: torch.Tensor,
-        stale_hat: torch.Tensor,
-        theta0: torch.Tensor,
-        theta0_hat: torch.Tensor,
-        compressors: Sequence[Any],
-        server_compressor: Any,
-        error_feedback: bool,
-    ) -> dict[str, Any]:
-        """One probed point: the row of the report (arguments as for :meth:`__call__`)."""
-        # float64 copies: the left side is a difference of two close gradients
-        P64 = [copy.deepcopy(p).to(_F64) for p in parties]
-        S64 = copy.deepcopy(server).to(_F64)
-        x64 = [xm.to(_F64) for xm in x]
-        Z, Zh = stale.detach().to(_F64), stale_hat.detach().to(_F64)
-        t0, t0h = theta0.detach().to(_F64).reshape(-1), theta0_hat.detach().to(_F64).reshape(-1)
-        M = len(P64)
-        left = lemma1_left(P64, S64, x64, y, Z, Zh, t0, t0h)
-
-        # constants at both points of every block (chain reading, operator norms)
-        H = np.zeros(M + 1)
-        G = np.ones(M + 1)
-        with torch.no_grad():
-            t_now = flat_params(S64)
-            fresh = [p(xm) for p, xm in zip(P64, x64)]
-        sizes = [int(h.shape[1]) for h in fresh]
-        for m in range(M + 1):
-            if m == 0:
-                points = [(t_now, Z), (t_now, Zh)]
-            else:
-                points = [
-                    (t0, _with_block(Z, fresh[m - 1], sizes, m)),
-                    (t0h, _with_block(Zh, fresh[m - 1], sizes, m)),
-                ]
-            H[m] = max(
-                gram_op_norm(embedding_hessian_grams(S64, t, z, y, sizes, [m])[0])
-                for t, z in points
-            )
-            if m >= 1:
-                G[m] = gram_op_norm(embedding_jacobian_gram(P64[m - 1], x64[m - 1]))
-
-        # the round's errors: realised and expected (each compressor's error law)
-        E_real = np.zeros(M + 1)
-        E_exp = np.full(M + 1, np.nan)
-        E_real[0] = float(((t0h - t0) ** 2).sum())
-        for j, (blk, blk_hat) in enumerate(zip(Z.split(sizes, 1), Zh.split(sizes, 1)), start=1):
-            E_real[j] = float(((blk_hat - blk) ** 2).sum())
-        if not error_feedback:  # with EF the compressor's input is h - memory, not h
-            E_exp[0] = float(server_compressor.expected_error(theta0.detach().reshape(1, -1)))
-            for j, (c, h) in enumerate(zip(compressors, stale.detach().split(sizes, 1)), start=1):
-                E_exp[j] = float(c.expected_error(h))
-        tight = (
-            None
-            if error_feedback
-            else self._tight(
-                step,
-                P64,
-                S64,
-                x64,
-                y,
-                [bh - bz for bh, bz in zip(Zh.split(sizes, 1), Z.split(sizes, 1))],
-                t0h - t0,
-                compressors,
-                server_compressor,
-            )
-        )
-        return {
-            "round": int(round_index),
-            "step": int(step),
-            "left": left,
-            "H": H,
-            "G": G,
-            "E_realised": E_real,
-            "E_expected": E_exp,
-            "tight": tight,
-        }
 
     def _tight(
         self,
