@@ -289,3 +289,23 @@ def test_blas_threads_overlapping_threads(monkeypatch):
         t.join(20)
     assert inside_b == [["limit 1 blas"]]  # A's exit restored nothing while B was inside
     assert events == ["limit 1 blas", "restore"]
+
+
+def test_blas_threads_restore_failure_never_hides_the_error(monkeypatch):
+    from cvfl_sim.vfl import threads as threads_module
+
+    class Limiter:
+        def restore_original_limits(self) -> None:
+            raise OSError("restore failed")
+
+    class Controller:
+        def limit(self, limits: int, user_api: str) -> Limiter:
+            return Limiter()
+
+    monkeypatch.setattr(threads_module, "_controller", lambda: Controller())
+    with pytest.raises(KeyError, match="the block's own"):
+        with blas_threads(1):
+            raise KeyError("the block's own")
+    with pytest.raises(OSError, match="restore failed"):  # without an error of its own
+        with blas_threads(1):
+            pass

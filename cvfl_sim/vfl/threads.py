@@ -97,8 +97,9 @@ def blas_threads(threads: int = 1) -> Iterator[None]:
     """Run the block with at most ``threads`` threads in the BLAS libraries (numpy's, scipy's).
 
     The limit belongs to the process: the outermost block sets it and the last block to end
-    restores the previous limits, also after an error. Blocks that overlap (nested, or in
-    several threads) run under the limit of the first one.
+    restores the previous limits, also after an error (a failure to restore them never hides
+    the block's own error). Blocks that overlap (nested, or in several threads) run under the
+    limit of the first one.
 
     Parameters
     ----------
@@ -120,11 +121,17 @@ def blas_threads(threads: int = 1) -> Iterator[None]:
         if _BlasLimit.depth == 0:
             _BlasLimit.limiter = _controller().limit(limits=n, user_api="blas")
         _BlasLimit.depth += 1
+    body_failed = True
     try:
         yield
+        body_failed = False
     finally:
         with _BlasLimit.lock:
             _BlasLimit.depth -= 1
             if _BlasLimit.depth == 0:
                 limiter, _BlasLimit.limiter = _BlasLimit.limiter, None
-                limiter.restore_original_limits()
+                try:
+                    limiter.restore_original_limits()
+                except Exception:
+                    if not body_failed:
+                        raise  # else the block's own error goes on, not the restore's
