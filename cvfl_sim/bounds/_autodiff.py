@@ -406,6 +406,21 @@ def _plain_party(party: nn.Module) -> tuple[tuple[nn.Linear, nn.Linear] | None, 
     return layers, None if layers is not None else plain_linear(party, MLPEmbedding)
 
 
+def _relu_parts(
+    first: nn.Linear, last: nn.Linear, X: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""A plain MLP's pre-activations and its output weights masked by relu's derivative.
+
+    Returns :math:`u = X V^\top + b` ``(B, h)`` and :math:`W_{aj} s_{ij}` ``(B, P, h)``, with
+    :math:`s_{ij} = 1[u_{ij} > 0]`, in ``X``'s dtype.
+    """
+    V, W = first.weight.detach().to(X.dtype), last.weight.detach().to(X.dtype)
+    u = X @ V.T
+    if first.bias is not None:
+        u = u + first.bias.detach().to(X.dtype)
+    return u, (u > 0).to(X.dtype)[:, None, :] * W[None, :, :]
+
+
 def per_sample_embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
     r"""Per-sample :math:`\nabla_{\theta_m} h_m(\theta_m; x_i)`, ``(B, P_m, |θ_m|)``, closed form.
 
@@ -433,12 +448,8 @@ def per_sample_embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Te
     if layers is None:
         return None
     first, last = layers
-    V, W = first.weight.detach(), last.weight.detach()
-    u = X @ V.T
-    if first.bias is not None:
-        u = u + first.bias.detach()
-    Ws = (u > 0).to(X.dtype)[:, None, :] * W[None, :, :]  # (B, P, h): W_aj s_ij
-    cols = [(Ws[:, :, :, None] * X[:, None, None, :]).reshape(B, W.shape[0], -1)]
+    u, Ws = _relu_parts(first, last, X)
+    cols = [(Ws[:, :, :, None] * X[:, None, None, :]).reshape(B, last.out_features, -1)]
     if first.bias is not None:
         cols.append(Ws)
     return torch.cat(cols + linear_part(last, torch.relu(u)), dim=2)
@@ -478,13 +489,10 @@ def embedding_jacobian_gram(party: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return torch.kron(inner(X, single.bias), eye)
     assert layers is not None
     first, last = layers
-    V, W = first.weight.detach().to(f64), last.weight.detach().to(f64)
-    u = X @ V.T
-    if first.bias is not None:
-        u = u + first.bias.detach().to(f64)
+    u, Ws3 = _relu_parts(first, last, X)
     r = torch.relu(u)
-    P = W.shape[0]
-    Ws = ((u > 0).to(f64)[:, None, :] * W[None, :, :]).reshape(B * P, -1)  # rows (i, a)
+    P = last.out_features
+    Ws = Ws3.reshape(B * P, -1)  # rows (i, a)
     G = (Ws @ Ws.T).view(B, P, B, P) * inner(X, first.bias)[:, None, :, None]
     G += (
         inner(r, last.bias)[:, None, :, None]
