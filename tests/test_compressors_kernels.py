@@ -311,6 +311,35 @@ def test_topk_selection_matches_reference(P, k, dtype):
     assert np.array_equal(c.data["idx"].astype(np.intp), _topk_reference(x, k))
 
 
+@pytest.mark.parametrize("P", [256, 97])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_topk_selection_matches_reference_on_adversarial_rows(P, dtype):
+    """Rows on which the threshold search's guesses are wrong: each row's scale far from the
+    previous row's (its first probe useless), magnitudes spread over many binades (the
+    interpolation in key space far off), subnormals, keys one ulp apart at the threshold,
+    and k from 1 to P - 1."""
+    rng = np.random.default_rng(11 + P)
+    info = np.finfo(dtype)
+    rows = []
+    for i in range(60):
+        r = rng.standard_normal(P)
+        if i % 3 == 0:  # 60 binades of spread
+            r *= 2.0 ** rng.integers(-30, 30, P)
+        elif i % 3 == 1:  # a scale far from the previous row's
+            r *= 10.0 ** (-20 if i % 2 else 20)
+        rows.append(r.astype(dtype))
+    x = np.stack(rows)
+    x[10] = np.arange(P, dtype=dtype) * info.smallest_subnormal  # subnormals only
+    x[11, : P // 2] = info.smallest_subnormal
+    base = dtype(1.5)
+    x[12] = np.nextafter(base, dtype(np.inf), dtype=dtype)  # two keys one ulp apart,
+    x[12, ::3] = base  # interleaved: the k-th largest is exactly at the boundary
+    x[13] = np.where(rng.random(P) < 0.5, info.max, info.tiny)  # the extremes of the range
+    for k in (1, 2, P // 3, P // 2, P - 2, P - 1):
+        c = TopK(k=k, r=64).compress(x)  # 64-bit values: the float64 extremes are sent as is
+        assert np.array_equal(c.data["idx"].astype(np.intp), _topk_reference(x, k)), k
+
+
 @pytest.mark.parametrize(
     "comp",
     [
