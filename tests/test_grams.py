@@ -110,9 +110,12 @@ def test_jacobian_gram_other_side_and_other_modules():
     odd.net[1] = nn.Tanh()
     hooked = _party(6, 3, 8, True, seed=4)
     hooked.net[2].register_forward_hook(lambda mod, inp, out: 2.0 * out)
+    own = _party(6, 3, 8, True, seed=4)  # its own forward (an instance attribute): not plain
+    plain_forward = own.net[0].forward
+    own.net[0].forward = lambda z: plain_forward(2.0 * z)
     x = _inputs(5, 6, seed=5)
-    assert plain_mlp(odd) is None and plain_mlp(hooked) is None
-    for net in (odd, hooked):
+    assert plain_mlp(odd) is None and plain_mlp(hooked) is None and plain_mlp(own) is None
+    for net in (odd, hooked, own):
         J = embedding_jacobian(net, x)
         _close(embedding_jacobian_gram(net, x), J @ J.T)
 

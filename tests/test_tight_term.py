@@ -276,6 +276,23 @@ def _hooked_linear() -> nn.Module:
     return head
 
 
+def _own_forward_linear() -> nn.Module:
+    # an instance attribute replacing the class's forward: not a hook, the same type
+    head = nn.Linear(8, 3).double()
+    plain = head.forward
+    head.forward = lambda z: 3.0 * plain(z)
+    return head
+
+
+def _bias_buffer_linear() -> nn.Module:
+    # the bias moved to a buffer: nn.Linear.forward still adds it, the parameters do not show it
+    head = nn.Linear(8, 3).double()
+    b = head.bias.detach() + 1.0
+    del head.bias
+    head.register_buffer("bias", b)
+    return head
+
+
 def _weight_normed_linear() -> nn.Module:
     # still of type nn.Linear, but its parameters are weight_g, weight_v and bias
     with pytest.warns(FutureWarning):
@@ -288,6 +305,8 @@ def _weight_normed_linear() -> nn.Module:
         _SquashedHead,
         lambda: _ScaledLinear(8, 3).double(),
         _hooked_linear,
+        _own_forward_linear,
+        _bias_buffer_linear,
         _weight_normed_linear,
     ],
 )

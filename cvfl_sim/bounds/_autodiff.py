@@ -27,6 +27,27 @@ from torch import nn
 __all__: list[str] = []
 
 
+def check_all_trained(parties: Sequence[nn.Module], server: nn.Module, what: str) -> None:
+    r"""Raise ``ValueError`` naming the first frozen parameter (``requires_grad=False``).
+
+    The C3 constants, Lemma 1 and the certificates are derivatives in every parameter
+    :math:`\theta_m` of the models, the vector the run trains and the server compresses. The
+    simulator leaves a frozen parameter out of its updates, so a frozen one is a constant of the
+    run that these measurements would treat as trained (or autograd refuses to differentiate).
+    ``what`` names the measurement in the message.
+    """
+    models = [("the server model", server)]
+    models += [(f"party {m}'s model", p) for m, p in enumerate(parties, start=1)]
+    for label, net in models:
+        for name, q in net.named_parameters():
+            if not q.requires_grad:
+                raise ValueError(
+                    f"{what} needs every parameter of the models trained, but {label} has the "
+                    f"frozen parameter {name!r} (requires_grad=False): unfreeze it, or apply "
+                    "the frozen part to the data before training"
+                )
+
+
 def grad(
     out: torch.Tensor | Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], **kw: Any
 ) -> list[torch.Tensor]:
@@ -209,13 +230,25 @@ def plain_linear(module: nn.Module, wrapper: type) -> nn.Linear | None:
 
 
 def _plain_params(layer: nn.Linear) -> bool:
-    """Whether ``layer`` has the parameters ``weight`` and ``bias``, or ``weight`` alone."""
+    """Whether ``layer`` has the parameters ``weight`` and ``bias``, or ``weight`` alone.
+
+    And no buffer: a ``bias`` moved to a buffer still enters ``nn.Linear.forward``, and the
+    closed forms, which read the parameters only, would leave it out.
+    """
+    if any(True for _ in layer.named_buffers()):
+        return False
     return [n for n, _ in layer.named_parameters()] in (["weight", "bias"], ["weight"])
 
 
 def _unhooked(holders: Sequence[nn.Module]) -> bool:
-    """Whether no hook but the toolkit's recording ones is on ``holders`` or registered globally."""
+    """Whether no hook but the toolkit's recording ones is on ``holders`` or registered globally.
+
+    And no holder has its own ``forward`` (an instance attribute replacing the class's).
+    """
     from torch.nn.modules import module as torch_module
+
+    if any("forward" in vars(h) for h in holders):
+        return False
 
     hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
     registered = [fn for h in holders for name in hooks for fn in getattr(h, name, {}).values()]

@@ -62,6 +62,7 @@ from ..vfl.config import CVFLConfig
 from ..vfl.data import VerticalDataset
 from ..vfl.progress import progress_bar
 from ..vfl.results import RunResult
+from ._autodiff import check_all_trained
 from .analytic_constants import augment, is_analytic
 
 __all__ = [
@@ -285,6 +286,7 @@ class TrajectoryProbe:
 
     # -------------------------------------------------------------------- the float64 models
     def _setup(self, parties: Sequence[nn.Module], server: nn.Module) -> None:
+        check_all_trained(parties, server, "the trajectory certificate")
         ps = [copy.deepcopy(p).to(torch.float64) for p in parties]
         sv = copy.deepcopy(server).to(torch.float64)
         for net in [*ps, sv]:

@@ -55,6 +55,7 @@ from cvfl_theory.table import Table
 
 from ..vfl.threads import blas_threads
 from ._autodiff import (
+    check_all_trained,
     embedding_hessian_grams,
     embedding_jacobian_gram,
     flat_params,
@@ -279,6 +280,7 @@ class Lemma1Probe:
                 "of a run: a probe reports one run, so pass a new one to each train()"
             )
         self._last = (int(round_index), int(step))
+        check_all_trained(parties, server, "Lemma1Probe")
         if not self.wants(round_index, step, Q):
             return
         if self._bar is None:

@@ -49,6 +49,7 @@ from ..vfl.config import DTYPES, CVFLConfig, build_models
 from ..vfl.data import VerticalDataset
 from ..vfl.results import RunResult
 from ._autodiff import (
+    check_all_trained,
     embedding_hessian_blocks,
     embedding_jacobian,
     flat_params,
@@ -329,6 +330,8 @@ def estimate_constants(
         points.append(build_models(dataset, config))  # validates dataset and config
     items = run_or_params if isinstance(run_or_params, list) else [run_or_params]
     points += [_as_models(o) for o in items]
+    for parties, server in points:
+        check_all_trained(parties, server, "estimate_constants")
     dtype = DTYPES[config.dtype]
     say = progress or (lambda msg: None)
     M = dataset.n_parties

@@ -60,6 +60,7 @@ from torch.func import functional_call, jacrev, vmap
 from cvfl_theory.table import Table
 
 from ._autodiff import (
+    check_all_trained,
     flat_params,
     linear_head_second_derivatives,
     per_sample_embedding_jacobian,
@@ -238,6 +239,7 @@ def _check_models(parties: Any, server: Any, inputs: Any, y: Any) -> tuple[int, 
     M = len(parties)
     if M < 1:
         raise ValueError("parties must hold at least one party model")
+    check_all_trained(parties, server, "the tight Lemma-1 term")
     if not isinstance(inputs, Sequence) or len(inputs) != M:
         raise ValueError(f"inputs must hold one feature tensor per party (M = {M})")
     if not all(isinstance(x, torch.Tensor) and x.ndim >= 1 for x in inputs):
