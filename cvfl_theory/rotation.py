@@ -15,6 +15,8 @@ communication. ICML 2017.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ._validate import check_int_in_range, raise_not_finite
@@ -52,10 +54,30 @@ def padded_dimension(d: int) -> int:
     return 1 << max(0, int(d - 1).bit_length())
 
 
+_CACHED_SIGNS_MAX_D = 1 << 16
+"""Sign vectors up to this length are kept (32 of them: at most 16 MiB): an encoder rotates
+with one seed at every encode and average, and drawing the signs cost as much as the FWHT."""
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_signs(seed: int, d: int) -> np.ndarray:
+    """:func:`random_signs` of a checked ``seed`` and ``d``, read-only (shared by callers)."""
+    s = node_generator(seed).integers(0, 2, size=d).astype(np.float64) * 2.0 - 1.0
+    s.flags.writeable = False
+    return s
+
+
+def _signs(seed: int, d: int) -> np.ndarray:
+    """The signs of a checked ``seed`` and ``d``: from the cache where ``d`` is small enough."""
+    if d <= _CACHED_SIGNS_MAX_D:
+        return _cached_signs(seed, d)
+    return node_generator(seed).integers(0, 2, size=d).astype(np.float64) * 2.0 - 1.0
+
+
 def random_signs(seed: int, d: int) -> np.ndarray:
     """The diagonal of :math:`D`: ``d`` independent signs in ``{-1, +1}`` drawn from ``seed``."""
     d = check_int_in_range(d, "d", 1, 2**40)
-    return node_generator(_check_seed(seed)).integers(0, 2, size=d).astype(np.float64) * 2.0 - 1.0
+    return np.array(_signs(_check_seed(seed), d))  # a copy: the caller may write to it
 
 
 def _fwht_inplace(Y: np.ndarray) -> np.ndarray:
@@ -106,12 +128,12 @@ def hadamard_rotate(X: np.ndarray, seed: int) -> np.ndarray:
     dp = padded_dimension(d)
     Z = np.zeros((n, dp), dtype=np.float64)
     Z[:, :d] = X
-    Z *= random_signs(seed, dp)
+    Z *= _signs(_check_seed(seed), dp)
     return _fwht_inplace(Z)
 
 
 def hadamard_rotate_inverse(Z: np.ndarray, seed: int) -> np.ndarray:
     r"""Inverse rotation :math:`D H z` of rows of length :math:`d'` (float64, still padded)."""
     Y = fwht(Z)
-    Y *= random_signs(seed, Y.shape[1])
+    Y *= _signs(_check_seed(seed), Y.shape[1])
     return Y

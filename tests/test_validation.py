@@ -375,6 +375,18 @@ def test_rotation_overflowing_float16_is_refused():
     check(lambda: RotatedBinaryEncoder(0).encode(X16, rng=0), ValueError, "too large for float16")
 
 
+def test_random_signs_are_the_seeds_draws_and_the_callers_own_copy():
+    # the cached vector is shared: a caller writing to its signs must not change the next call's
+    from cvfl_theory.sampling import node_generator
+
+    for d in (5, 70_000):  # cached, and too long to be cached (over 2**16)
+        expect = node_generator(7).integers(0, 2, size=d) * 2.0 - 1.0
+        s = random_signs(7, d)
+        assert np.array_equal(s, expect) and s.flags.writeable
+        s[:] = 0.0
+        assert np.array_equal(random_signs(7, d), expect)
+
+
 def test_big_endian_input_takes_the_native_path():
     be = X.astype(">f4")
     a = FixedSizeEncoder(2).encode(be, rng=1)
