@@ -150,8 +150,9 @@ class TopK(Compressor):
         self, a: np.ndarray, rng: RNGLike
     ) -> tuple[dict[str, np.ndarray], int | None, int]:
         # Compiled selection (cvfl_theory._kernels): the k-th largest |a| of each row by a
-        # descent on the bits of |a| (IEEE bits of a non-negative float are monotone in it),
-        # ties broken towards the lower column; columns come out in increasing order.
+        # search on the count of |a|'s bit patterns above a threshold (the IEEE bits of a
+        # non-negative float are monotone in it), ties broken towards the lower column;
+        # columns come out in increasing order.
         a = kernel_input(a)
         B, P = a.shape
         k = self.k_for(P)
