@@ -59,19 +59,22 @@ _CACHED_SIGNS_MAX_D = 1 << 16
 with one seed at every encode and average, and drawing the signs cost as much as the FWHT."""
 
 
+def _draw_signs(seed: int, d: int) -> np.ndarray:
+    """``d`` signs in ``{-1, +1}`` drawn from a checked ``seed`` (a new array)."""
+    return node_generator(seed).integers(0, 2, size=d).astype(np.float64) * 2.0 - 1.0
+
+
 @functools.lru_cache(maxsize=32)
 def _cached_signs(seed: int, d: int) -> np.ndarray:
-    """:func:`random_signs` of a checked ``seed`` and ``d``, read-only (shared by callers)."""
-    s = node_generator(seed).integers(0, 2, size=d).astype(np.float64) * 2.0 - 1.0
+    """:func:`_draw_signs`, read-only: the array is shared by every caller."""
+    s = _draw_signs(seed, d)
     s.flags.writeable = False
     return s
 
 
 def _signs(seed: int, d: int) -> np.ndarray:
     """The signs of a checked ``seed`` and ``d``: from the cache where ``d`` is small enough."""
-    if d <= _CACHED_SIGNS_MAX_D:
-        return _cached_signs(seed, d)
-    return node_generator(seed).integers(0, 2, size=d).astype(np.float64) * 2.0 - 1.0
+    return _cached_signs(seed, d) if d <= _CACHED_SIGNS_MAX_D else _draw_signs(seed, d)
 
 
 def random_signs(seed: int, d: int) -> np.ndarray:

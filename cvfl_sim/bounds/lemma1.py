@@ -279,8 +279,9 @@ class Lemma1Probe:
                 f"this Lemma1Probe already measured round {self._last[0]}, step {self._last[1]} "
                 "of a run: a probe reports one run, so pass a new one to each train()"
             )
+        if self._last == (-1, -1):  # the run's first step, before any update
+            check_all_trained(parties, server, "Lemma1Probe")
         self._last = (int(round_index), int(step))
-        check_all_trained(parties, server, "Lemma1Probe")
         if not self.wants(round_index, step, Q):
             return
         if self._bar is None:
