@@ -2550,6 +2550,10 @@ static void K(hex_run)(const void *x, int xt, Py_ssize_t B, Py_ssize_t P, int ro
 /* by a bracketed search on #{key >= t} (SEARCH_STEP), stopping early when exactly k keys are  */
 /* >= the probe; kept: keys > T, then keys == T in column order until k are kept.              */
 
+/* Counts and flags over blocks of 64 keys. The key arrays are zero-padded to a multiple of 64
+   (PAD64) and every threshold counted is >= 1, so the pads never count; the flags and the
+   gathers mask them out. */
+
 /* count_ge_*(a, n, t) = #{i < n : a[i] >= t} (n a multiple of 64). AVX-512 compares a vector
    of keys into a mask register and adds its popcount: the compiler's loop on an unknown n kept
    vector counters and summed them across lanes at every probe of the search (about 1.4x
@@ -2637,9 +2641,6 @@ static inline uint64_t K(PACK8)(const uint8_t *p) {
 #endif
 }
 
-/* Counts and flags over blocks of 64 keys. The key arrays are zero-padded to a multiple of 64
-   (PAD64) and every threshold counted is >= 1, so the pads never count. */
-
 #define GE_BITS                                                                                \
     for (int i = 0; i < 64; i++) sel[i] = (uint8_t)(a[i] >= t);                                \
     uint64_t bits = 0;                                                                         \
@@ -2659,7 +2660,7 @@ static ALWAYS_INLINE uint64_t K(ge_bits_i64)(const int64_t *a, int64_t t, uint8_
    (compress, register form: the memory form is microcoded on AMD Zen 4) and stores them with
    a masked store, with no branch on the data (the loop over the flags' bits mispredicts at
    each vector's end); elsewhere the loop over the set bits of ge_bits_*. keys is padded to a
-   multiple of 64 (the pads are not read for c >= P: masked). */
+   multiple of 64 (columns c >= P are masked out). */
 #if X86_VEC && VL == 8
 static ALWAYS_INLINE Py_ssize_t K(gather_ge_f32)(const int32_t *keys, const float *x,
                                                  Py_ssize_t P, int32_t t, uint8_t *sel,
