@@ -17,6 +17,7 @@ import pytest
 import cvfl_sim.bounds.analytic_constants as analytic
 import cvfl_sim.bounds.certificate as certificate
 import cvfl_sim.bounds.lemma1 as lemma1
+import cvfl_sim.bounds.sampled_lemma1 as sampled
 import cvfl_sim.bounds.theorems as theorems
 import cvfl_sim.bounds.tight_term as tight
 import cvfl_theory.encoders as encoders
@@ -41,6 +42,7 @@ GUARDED = [
     "c4_2_analytic_constants",
     "c4_5_tight_points",
     "c4_7_certificate",
+    "c4_8_sampled_lemma1",
 ]
 
 
@@ -411,6 +413,31 @@ def tight_per_round_zero_fill(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(theorems, "_tight_per_round", zero_filled)
 
 
+def sampled_server_error_ignored(mp: pytest.MonkeyPatch) -> None:
+    """C4.8 without the server-error term T (and its range): as if samples stayed independent."""
+    add, ranges = sampled._Sums.add, sampled._ranges
+    mp.setattr(sampled._Sums, "add", lambda self, S, T, A, B: add(self, S, 0.0 * T, A, B))
+    mp.setattr(sampled, "_ranges", lambda pb: [(b, None) for b, _ in ranges(pb)])
+
+
+def sampled_ranges_halved(mp: pytest.MonkeyPatch) -> None:
+    """C4.8's per-sample ranges beta_i halved."""
+    ranges = sampled._ranges
+    mp.setattr(sampled, "_ranges", lambda pb: [(0.5 * b, g) for b, g in ranges(pb)])
+
+
+def sampled_softmax_box_half_rho(mp: pytest.MonkeyPatch) -> None:
+    """C4.8's softmax range on a box of half the size."""
+    box = sampled.softmax_box
+    mp.setattr(sampled, "softmax_box", lambda u, rho: box(u, 0.5 * np.asarray(rho)))
+
+
+def sampled_maurer_without_2(mp: pytest.MonkeyPatch) -> None:
+    """C4.8's Maurer bound with exp(-k t^2 / E Z^2) (the 2 dropped)."""
+    bound = sampled.nonnegative_mean_bound
+    mp.setattr(sampled, "nonnegative_mean_bound", lambda m, c, d, k, L: bound(m, c, d, k, L / 2))
+
+
 MUTATIONS: list[tuple[str, Callable[[pytest.MonkeyPatch], None], list[str]]] = [
     ("k1.2-mse-over-n", mse_over_n, ["k1_2_mse", "k2_2_mse"]),
     ("sampler-0.95p", sampler_095p, ["k1_1_unbiased", "k1_2_mse", "k5_1_binary"]),
@@ -450,6 +477,10 @@ MUTATIONS: list[tuple[str, Callable[[pytest.MonkeyPatch], None], list[str]]] = [
     ("c4.7-sampling-dropped", certificate_sampling_dropped, ["c4_7_certificate"]),
     ("c4.7-gradient-no-party-bias", certificate_gradient_without_party_bias, ["c4_7_certificate"]),
     ("c4.7-gradient-of-sum", certificate_gradient_of_batch_sum, ["c4_7_certificate"]),
+    ("c4.8-server-error-ignored", sampled_server_error_ignored, ["c4_8_sampled_lemma1"]),
+    ("c4.8-ranges-halved", sampled_ranges_halved, ["c4_8_sampled_lemma1"]),
+    ("c4.8-softmax-box-half", sampled_softmax_box_half_rho, ["c4_8_sampled_lemma1"]),
+    ("c4.8-maurer-without-2", sampled_maurer_without_2, ["c4_8_sampled_lemma1"]),
     ("c4.1-min-over-probes", report_min_over_probes, ["c4_1_lemma1_measured"]),
     ("c4.1-smaller-of-two-points", probe_smaller_point, ["c4_1_lemma1_measured"]),
     ("c4.2-with-lemma1-minimum", with_lemma1_minimum, ["c4_1_lemma1_measured"]),

@@ -48,6 +48,41 @@ def check_all_trained(parties: Sequence[nn.Module], server: nn.Module, what: str
                 )
 
 
+def check_lemma1_models(parties: Any, server: Any, inputs: Any, y: Any) -> tuple[int, int]:
+    """``(M, B)`` after checking the models, features and labels of a Lemma-1 bound (C4.1)."""
+    if not isinstance(server, nn.Module):
+        raise TypeError(f"server must be a torch.nn.Module, got {type(server).__name__}")
+    if not isinstance(parties, Sequence) or not all(isinstance(p, nn.Module) for p in parties):
+        raise TypeError("parties must be a sequence of torch.nn.Module (one per party)")
+    M = len(parties)
+    if M < 1:
+        raise ValueError("parties must hold at least one party model")
+    check_all_trained(parties, server, "the tight Lemma-1 term")
+    if not isinstance(inputs, Sequence) or len(inputs) != M:
+        raise ValueError(f"inputs must hold one feature tensor per party (M = {M})")
+    if not all(isinstance(x, torch.Tensor) and x.ndim >= 1 for x in inputs):
+        raise TypeError("inputs must be torch tensors with the batch along dimension 0")
+    B = int(inputs[0].shape[0])
+    if B < 1 or any(int(x.shape[0]) != B for x in inputs):
+        raise ValueError(f"inputs must share one batch size B >= 1, got {[len(x) for x in inputs]}")
+    if not isinstance(y, torch.Tensor) or y.shape != (B,):
+        raise ValueError(f"y must be a tensor of B = {B} class labels")
+    return M, B
+
+
+def linear_softmax_head(server: nn.Module) -> nn.Linear | None:
+    """The server's ``nn.Linear`` with bias if the server is exactly one (or a ``LinearHead``).
+
+    A subclass or another wrapper could apply a function its parameters do not show, and the
+    remainder's constants are proved for a linear softmax head only (the same test as the
+    closed-form Hessian blocks make).
+    """
+    from ..vfl.models import LinearHead
+
+    lin = plain_linear(server, LinearHead)
+    return lin if lin is not None and lin.bias is not None else None
+
+
 def grad(
     out: torch.Tensor | Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], **kw: Any
 ) -> list[torch.Tensor]:
@@ -532,3 +567,30 @@ def embedding_jacobian_gram(party: nn.Module, x: torch.Tensor) -> torch.Tensor:
         * torch.eye(P, dtype=f64, device=X.device)[None, :, None, :]
     )
     return G.reshape(B * P, B * P)
+
+
+def party_jacobians(
+    parties: Sequence[nn.Module], inputs: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    r"""Per-sample :math:`J_{m,i} = \partial h_m(\theta_m; x_i)/\partial\theta_m`, ``(B, P_m, |θ_m|)`` each.
+
+    Closed form for the plain models (:func:`per_sample_embedding_jacobian`), else
+    :mod:`torch.func` (``vmap`` of ``jacrev``); columns in the order of ``named_parameters()``.
+    """
+    from torch.func import functional_call, jacrev, vmap
+
+    out = []
+    for net, x in zip(parties, inputs):
+        closed = per_sample_embedding_jacobian(net, x)
+        if closed is not None:
+            out.append(closed)
+            continue
+        pp = {k: v.detach() for k, v in net.named_parameters()}
+
+        def h(params: dict[str, torch.Tensor], xi: torch.Tensor, net: nn.Module = net) -> Any:
+            return functional_call(net, params, (xi.unsqueeze(0),))[0]
+
+        Jd = vmap(jacrev(h), in_dims=(None, 0))(pp, x)
+        B = int(x.shape[0])
+        out.append(torch.cat([Jd[k].reshape(B, Jd[k].shape[1], -1) for k in pp], dim=2))
+    return out

@@ -60,9 +60,11 @@ from torch.func import functional_call, jacrev, vmap
 from cvfl_theory.table import Table
 
 from ._autodiff import (
-    check_all_trained,
+    check_lemma1_models,
     flat_params,
     linear_head_second_derivatives,
+    linear_softmax_head,
+    party_jacobians,
     per_sample_embedding_jacobian,
     plain_linear,
 )
@@ -231,27 +233,6 @@ def error_variances(compressor: Any, x: Any) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # validation
 # ---------------------------------------------------------------------------------------------
-def _check_models(parties: Any, server: Any, inputs: Any, y: Any) -> tuple[int, int]:
-    if not isinstance(server, nn.Module):
-        raise TypeError(f"server must be a torch.nn.Module, got {type(server).__name__}")
-    if not isinstance(parties, Sequence) or not all(isinstance(p, nn.Module) for p in parties):
-        raise TypeError("parties must be a sequence of torch.nn.Module (one per party)")
-    M = len(parties)
-    if M < 1:
-        raise ValueError("parties must hold at least one party model")
-    check_all_trained(parties, server, "the tight Lemma-1 term")
-    if not isinstance(inputs, Sequence) or len(inputs) != M:
-        raise ValueError(f"inputs must hold one feature tensor per party (M = {M})")
-    if not all(isinstance(x, torch.Tensor) and x.ndim >= 1 for x in inputs):
-        raise TypeError("inputs must be torch tensors with the batch along dimension 0")
-    B = int(inputs[0].shape[0])
-    if B < 1 or any(int(x.shape[0]) != B for x in inputs):
-        raise ValueError(f"inputs must share one batch size B >= 1, got {[len(x) for x in inputs]}")
-    if not isinstance(y, torch.Tensor) or y.shape != (B,):
-        raise ValueError(f"y must be a tensor of B = {B} class labels")
-    return M, B
-
-
 def _variances(error_var: Any, M: int, B: int) -> np.ndarray:
     if not isinstance(error_var, Sequence) and not isinstance(error_var, np.ndarray):
         raise TypeError("error_var must be a sequence of M per-party variances")
@@ -278,19 +259,6 @@ def _kinds(kind: Any, M: int) -> tuple[str, ...]:
             f"first), got {kind!r}"
         )
     return ks
-
-
-def _linear_head(server: nn.Module) -> nn.Linear | None:
-    """The server's ``nn.Linear`` with bias if the server is exactly one (or a ``LinearHead``).
-
-    A subclass or another wrapper could apply a function its parameters do not show, and the
-    remainder's constants are proved for a linear softmax head only (the same test as the
-    closed-form Hessian blocks make).
-    """
-    from ..vfl.models import LinearHead
-
-    lin = plain_linear(server, LinearHead)
-    return lin if lin is not None and lin.bias is not None else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,15 +308,7 @@ def _derivatives(
     Hzz = vmap(jacrev(jacrev(ell, argnums=1), argnums=1), in_dims=(None, 0, 0))(sp, z, y)
     A0d = vmap(jacrev(jacrev(ell, argnums=0), argnums=1), in_dims=(None, 0, 0))(sp, z, y)
     A0 = torch.cat([A0d[k].reshape(B, -1, P) for k in sp], dim=1)
-    J = []
-    for net, x in zip(parties, inputs):
-        pp = {k: v.detach() for k, v in net.named_parameters()}
-
-        def h(params: dict[str, torch.Tensor], xi: torch.Tensor, net: nn.Module = net) -> Any:
-            return functional_call(net, params, (xi.unsqueeze(0),))[0]
-
-        Jd = vmap(jacrev(h), in_dims=(None, 0))(pp, x)
-        J.append(torch.cat([Jd[k].reshape(B, Jd[k].shape[1], -1) for k in pp], dim=2))
+    J = party_jacobians(parties, inputs)
     return _Derivatives(z, sizes, Hzz.detach(), A0.detach(), J, int(A0.shape[1]))
 
 
@@ -697,13 +657,13 @@ def tight_lemma1_bound(
     >>> bool((r.bound >= r.first_order).all()), r.bound.shape
     (True, (3,))
     """
-    M, B = _check_models(parties, server, inputs, y)
+    M, B = check_lemma1_models(parties, server, inputs, y)
     s2 = _variances(error_var, M, B)  # (M, B)
     s0 = float(_variances([server_error_var], 1, 1)[0, 0])
     kinds = _kinds(kind, M)
     if remainder not in (True, False):
         raise TypeError(f"remainder must be True or False, got {remainder!r}")
-    head = _linear_head(server)
+    head = linear_softmax_head(server)
     if remainder and loss is not None:
         raise ValueError("remainder=True is proved for cross entropy only: pass loss=None")
     if remainder and head is None:
@@ -787,7 +747,7 @@ def tight_lemma1_bound_for(
     -------
     TightLemma1
     """
-    M, _ = _check_models(parties, server, inputs, y)
+    M, _ = check_lemma1_models(parties, server, inputs, y)
     comps = list(compressors) if isinstance(compressors, Sequence) else [compressors] * M
     if len(comps) != M:
         raise ValueError(f"compressors must be one compressor or M = {M}, got {len(comps)}")
@@ -838,8 +798,8 @@ def realised_lemma1_bound(
     TightLemma1
         ``method="realised"``; ``first_order`` is the squared norm of the realised linear part.
     """
-    M, B = _check_models(parties, server, inputs, y)
-    head = _linear_head(server)
+    M, B = check_lemma1_models(parties, server, inputs, y)
+    head = linear_softmax_head(server)
     if head is None:
         raise ValueError(
             "realised_lemma1_bound needs a linear server head (an nn.Linear with bias, or the "

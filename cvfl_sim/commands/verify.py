@@ -73,6 +73,7 @@ _SLOW_FIRST = {
             "c4_3_rate_slope",
             "c4_4_diminishing",
             "c4_5_tight_term",
+            "c4_8_sampled_lemma1",
             "k3_2_low_communication",
             "c4_6_pep",
         ]
@@ -81,7 +82,12 @@ _SLOW_FIRST = {
 """The proofs checks that train models or solve SDPs, longest first (as measured): started first
 so that the workers end together. The order changes the wall time only, not the results."""
 
-_ONE_WORKER = ("c4_1_lemma1_measured", "c4_5_tight_term", "c4_5_tight_points")
+_ONE_WORKER = (
+    "c4_1_lemma1_measured",
+    "c4_5_tight_term",
+    "c4_5_tight_points",
+    "c4_8_sampled_lemma1",
+)
 """Checks run one after the other in one worker: each calls :mod:`torch.func`, whose first
 transform imports ``torch._dynamo`` (about 1.5 s of CPU); one worker pays for it, not two."""
 
