@@ -201,9 +201,6 @@ def softmax_box(logits: np.ndarray, rho: np.ndarray) -> tuple[np.ndarray, np.nda
     slack = 2.0 * K * np.finfo(np.float64).eps
     upper = np.minimum(np.minimum(up, 1.0), 1.0 - (lo.sum(1, keepdims=True) - lo) + slack)
     lower = np.maximum(np.maximum(lo, 0.0), 1.0 - (up.sum(1, keepdims=True) - up) - slack)
-    # the gains computed directly (no cancellation) where the complement does not bind
-    upper = np.where(upper >= up, p + up_gain, upper)
-    lower = np.where(lower <= lo, p - lo_loss, lower)
     return p, upper, np.maximum(lower, 0.0)
 
 
@@ -258,11 +255,8 @@ def nonnegative_mean_bound(mean: float, c: float, d: float, k: int, L: float) ->
 class _Sums:
     """Running sums over the draws of one block."""
 
-    n: int
     S: float = 0.0
-    S2: float = 0.0
     T: float = 0.0
-    T2: float = 0.0
     X: float = 0.0
     X2: float = 0.0
     A: np.ndarray | None = None
@@ -270,9 +264,7 @@ class _Sums:
     def add(self, S: np.ndarray, T: np.ndarray, A: np.ndarray, B: int) -> None:
         X = (A**2).sum(axis=1) / B**2
         self.S += float(S.sum())
-        self.S2 += float((S**2).sum())
         self.T += float(T.sum())
-        self.T2 += float((T**2).sum())
         self.X += float(X.sum())
         self.X2 += float((X**2).sum())
         self.A = A.sum(axis=0) if self.A is None else self.A + A.sum(axis=0)
@@ -340,7 +332,6 @@ def sampled_lemma1_bound(
 
     from ..vfl.progress import progress_bar
 
-    check_lemma1_models(parties, server, inputs, y)
     k = check_int_in_range(draws, "draws", 100, 10**8)
     delta = check_real(delta, "delta", 0.0, 1.0, low_open=True, high_open=True)
     seed = check_int_in_range(seed, "seed", 0, 2**63 - 1)
@@ -360,11 +351,10 @@ def sampled_lemma1_bound(
             ranges.append((b_S, b_S, 0.0, 0.5 * float(gamma.sum()) ** 2))
         else:  # independent samples with 0 <= S_i <= beta_i^2
             ranges.append((b_S, float((beta**2).max()), 1.0, 0.0))
-    Kmats = [Jm @ Jm.transpose(0, 2, 1) for Jm in pb.J]
     Jflat = [Jm.reshape(B * Jm.shape[1], -1) for Jm in pb.J]
 
     # ---- the draws ----
-    sums = [_Sums(k) for _ in range(M + 1)]
+    sums = [_Sums() for _ in range(M + 1)]
     gens = [np.random.default_rng([seed, j]) for j in range(M + 2)]
     bar = progress_bar(k, progress, "Lemma-1 dither draws", unit="draw")
     try:
@@ -402,7 +392,7 @@ def sampled_lemma1_bound(
                     Y,
                     p0,
                     off,
-                    Kmats[m],
+                    pb.Kmats[m],
                     Jflat[m],
                     B,
                     hw0 > 0,
@@ -460,6 +450,8 @@ class _Problem:
     hw: np.ndarray  # (B, P) half-widths of the parties' dither supports
     hw0: float  # half-width of the server model's (0: not compressed)
     J: list[np.ndarray]  # (B, P_m, n_m) per-sample Jacobians of the parties
+    Kmats: list[np.ndarray]  # (B, P_m, P_m) their Gram matrices J_i J_i^T
+    u0: np.ndarray  # (B, K) logits at the exact view
     comps: list[Any]
     server_compressor: Any
     theta0: torch.Tensor  # (1, n_0) the flattened server model
@@ -522,8 +514,6 @@ def _prepare(
     hw, hw0 = hw * (1.0 + 1e-9), hw0 * (1.0 + 1e-9)
     J = [j.detach().to(f64).cpu().numpy() for j in party_jacobians(parties, inputs)]
     u0 = Hc @ W.T + bias
-    p0 = np.exp(u0 - u0.max(1, keepdims=True))
-    p0 /= p0.sum(1, keepdims=True)
     return _Problem(
         M,
         B,
@@ -537,10 +527,12 @@ def _prepare(
         bias,
         labels,
         np.eye(K)[labels],
-        p0,
+        _softmax(u0),
         hw,
         hw0,
         J,
+        [Jm @ Jm.transpose(0, 2, 1) for Jm in J],
+        u0,
         comps,
         server_compressor,
         theta0,
@@ -553,7 +545,7 @@ def _ranges(pb: _Problem) -> list[tuple[np.ndarray, np.ndarray | None]]:
     ``gamma`` is ``None`` for the server block and without a server error.
     """
     B, P, W, Hc, hw, hw0, off = pb.B, pb.P, pb.W, pb.Hc, pb.hw, pb.hw0, pb.off
-    u0 = Hc @ W.T + pb.bias
+    u0 = pb.u0
     out: list[tuple[np.ndarray, np.ndarray | None]] = []
     # server block: Delta = W eps (all parties), no server error
     p, up, lo = softmax_box(u0, _pair_sup(W, hw))
@@ -565,7 +557,7 @@ def _ranges(pb: _Problem) -> list[tuple[np.ndarray, np.ndarray | None]]:
     top = pb.p0.argmax(axis=1)
     for m, Jm in enumerate(pb.J):  # (B, P_m, n_m)
         Pm = Jm.shape[1]
-        Km = Jm @ Jm.transpose(0, 2, 1)  # (B, P_m, P_m)
+        Km = pb.Kmats[m]
         Jop = np.sqrt(np.linalg.eigvalsh(Km)[:, -1].clip(min=0.0))
         Wm = W[:, off[m] : off[m + 1]]
         jw = np.sqrt(np.einsum("kp,bpq,kq->bk", Wm, Km, Wm).clip(min=0.0))  # ||J_i^T W_m[c]||
