@@ -92,16 +92,23 @@ def _maurer_miss() -> float:
 
 
 # ------------------------------------------------------------------------------- tiny model
-def _tiny_model(seed: int, B: int) -> tuple[list[nn.Module], nn.Module, list[Any], Any]:
-    """Two parties (linear, MLP), a linear head with 3 classes scaled so samples are confident."""
+def _tiny_model(
+    seed: int, B: int, K: int = 3, identical: bool = False
+) -> tuple[list[nn.Module], nn.Module, list[Any], Any]:
+    """Two parties (linear, MLP), a linear head with ``K`` classes scaled so samples are confident.
+
+    ``identical``: every row a copy of the first (the samples' changes then add coherently).
+    """
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     parties: list[nn.Module] = [
         nn.Linear(5, 3).double(),
         nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3)).double(),
     ]
-    server = nn.Linear(6, 3).double()
+    server = nn.Linear(6, K).double()
     xs = [torch.randn(B, d, generator=gen, dtype=torch.float64) for d in (5, 4)]
+    if identical:
+        xs = [x[:1].expand(B, -1).clone() for x in xs]
     with torch.no_grad():
         z = torch.cat([p(x) for p, x in zip(parties, xs)], 1)
         y = server(z).argmax(1)  # the labels the head already predicts
@@ -117,33 +124,52 @@ def _half_width(compressor: Any, x: torch.Tensor, draws: int = 300) -> torch.Ten
     return e.abs().amax(dim=(0, 2))
 
 
-def _ranges_worst(seed: int = 0, points: int = 400) -> dict[str, float]:
-    """max over samples and blocks of (change found at corners) / (range), for S and T."""
-    parties, server, xs, y = _tiny_model(seed, 6)
-    c, c0 = ScalarQuantizer(2), ScalarQuantizer(2)
+def _ranges_worst(
+    seed: int = 0,
+    points: int = 400,
+    *,
+    K: int = 3,
+    server_error: bool = True,
+    identical: bool = False,
+) -> dict[str, float]:
+    """Per-sample changes found at corners of the support against the ranges, and ``T``'s range.
+
+    Returns the largest (change found) / (range) for ``S`` (server and party blocks) and for
+    ``T`` per sample, the smallest over samples of the party blocks' best corner / ``beta``
+    (how tight the range is), and the largest ``T`` of the whole batch at shared corners over
+    its range :func:`server_term_range` (the server error is common to all samples).
+    """
+    B = 6
+    parties, server, xs, y = _tiny_model(seed, B, K, identical)
+    c = ScalarQuantizer(2)
+    c0 = ScalarQuantizer(2) if server_error else None
     ranges = sl.per_sample_ranges(parties, server, xs, y, c, c0)
     H = [p(x).detach() for p, x in zip(parties, xs)]
     names = [k for k, _ in server.named_parameters()]
     th0 = {k: v.detach() for k, v in server.named_parameters()}
     flat0 = torch.cat([v.reshape(-1) for v in th0.values()])
     hw = [_half_width(c, h) for h in H]
-    hw0 = float(_half_width(c0, flat0.reshape(1, -1))[0])
+    hw0 = float(_half_width(c0, flat0.reshape(1, -1))[0]) if c0 is not None else 0.0
     rng = torch.Generator().manual_seed(seed + 1)
 
-    def corner(n: int, width: Any) -> torch.Tensor:
-        s = torch.randint(0, 2, (points, n), generator=rng, dtype=torch.float64) * 2 - 1
-        return s * width
+    def signs(n: int) -> torch.Tensor:
+        return torch.randint(0, 2, (points, n), generator=rng, dtype=torch.float64) * 2 - 1
+
+    # corners with the same signs for every sample (each scaled by its own half-width), so
+    # that the batch's T is evaluated at a corner shared by all samples
+    sgn = [signs(h.shape[1]) for h in H]
+    e0 = signs(flat0.numel()) * hw0
+    e0b = -e0  # the antipodal corner: the largest change of a near-linear map
 
     def unflat(v: torch.Tensor) -> dict[str, torch.Tensor]:
         parts = v.split([t.numel() for t in th0.values()])
         return {k: p.reshape(th0[k].shape) for k, p in zip(names, parts)}
 
-    worst = {"S server": 0.0, "S parties": 0.0, "T": 0.0}
+    worst = {"S server": 0.0, "S parties": 0.0, "T": 0.0, "S parties least": math.inf}
+    batch_d: list[torch.Tensor | None] = [None] * len(parties)
     for i in range(len(y)):
         yi = y[i : i + 1]
-        eps = [corner(h.shape[1], w[i]) for h, w in zip(H, hw)]
-        e0 = corner(flat0.numel(), hw0)
-        e0b = -e0  # the antipodal corner: the largest change of a near-linear map
+        eps = [sg * w[i] for sg, w in zip(sgn, hw)]
 
         # server block: gradient in theta_0 at every party's compressed row
         def g_server(zr: torch.Tensor) -> torch.Tensor:
@@ -176,13 +202,47 @@ def _ranges_worst(seed: int = 0, points: int = 400) -> dict[str, float]:
             plain = torch.stack([H[j][i] for j in range(len(H))])[None].expand_as(stack)
             at = vmap(g_party)(flat0[None] + e0, stack)
             s_change = (at - vmap(g_party)(flat0[None] + e0, plain)).norm(dim=1)
-            t_change = (at - vmap(g_party)(flat0[None] + e0b, stack)).norm(dim=1)
             beta, gamma = ranges[m + 1]
             worst["S parties"] = max(worst["S parties"], float(s_change.max() / beta[i]))
+            worst["S parties least"] = min(
+                worst["S parties least"], float(s_change.max() / beta[i])
+            )
+            if not server_error:
+                continue
+            d = at - vmap(g_party)(flat0[None] + e0b, stack)
+            prev = batch_d[m]
+            batch_d[m] = d if prev is None else prev + d
             # a server error with no range for T (None) is a range of 0: fails
-            t_max = float(t_change.max())
+            t_max = float(d.norm(dim=1).max())
             worst["T"] = max(worst["T"], math.inf if gamma is None else t_max / gamma[i])
+    worst["T batch"] = 0.0
+    for m, total in enumerate(batch_d):
+        if total is None:
+            continue
+        gamma = ranges[m + 1][1]
+        T = 0.5 * float((total**2).sum(dim=1).max())
+        worst["T batch"] = max(
+            worst["T batch"], math.inf if gamma is None else T / sl.server_term_range(gamma)
+        )
     return worst
+
+
+def _mean_vector_misses(n: int = 4000, k: int = 100, dim: int = 20) -> tuple[int, int]:
+    """Misses of :func:`mean_vector_bound` (``||E A||`` above it) in ``n`` exact repetitions.
+
+    ``A`` Gaussian with ``||E A|| = 1`` and ``Cov A = s^2 I``; the mean of ``k`` draws is drawn
+    from its exact law. Returns the misses and the largest count the level ``DELTA`` allows
+    (binomial quantile at 1e-6). Without Chebyshev's term about half the repetitions miss.
+    """
+    rng = np.random.default_rng(11)
+    mu = np.zeros(dim)
+    mu[0] = 1.0
+    s2 = 0.5
+    A_bar = mu + rng.normal(size=(n, dim)) * math.sqrt(s2 / k)
+    misses = sum(
+        sl.mean_vector_bound(float(np.linalg.norm(a)), dim * s2, k, DELTA) < 1.0 for a in A_bar
+    )
+    return int(misses), int(binom.ppf(1.0 - 1e-6, n, DELTA))
 
 
 # ------------------------------------------------------------------------------- the bound
@@ -191,6 +251,9 @@ def check() -> CheckResult:
     root_err = _maurer_root_error()
     miss = _maurer_miss()
     worst = _ranges_worst()
+    exact = _ranges_worst(K=2, server_error=False)  # the party range is exact there
+    coherent = _ranges_worst(identical=True)  # the batch's changes add up
+    misses, allowed = _mean_vector_misses()
 
     comps: list[Comparison] = [
         Comparison(
@@ -219,7 +282,35 @@ def check() -> CheckResult:
             0.0,
             "<=",
         ),
+        Comparison(
+            "per-sample range of S, party blocks, K = 2 without server error: change / beta",
+            exact["S parties"],
+            1.0,
+            0.0,
+            "<=",
+        ),
+        Comparison(
+            "... and tight there (exact for K = 2): least best-corner change / beta",
+            exact["S parties least"],
+            0.9,
+            0.0,
+            ">=",
+        ),
         Comparison("per-sample range of T: change found / gamma", worst["T"], 1.0, 0.0, "<="),
+        Comparison(
+            "range of T, identical rows at shared corners: T found / (sum gamma)^2 / 2",
+            max(worst["T batch"], coherent["T batch"]),
+            1.0,
+            0.0,
+            "<=",
+        ),
+        Comparison(
+            f"mean-vector (Chebyshev) bound: misses in 4000 exact repetitions (<= {allowed})",
+            float(misses),
+            float(allowed),
+            0.0,
+            "<=",
+        ),
     ]
     ratios: list[float] = []
     cases = [
@@ -266,7 +357,9 @@ def check() -> CheckResult:
         relation="<=",
         note=f"tiny confident model: median bound/truth {med:.3g} (max {max(ratios):.3g}); the "
         f"ranges' tightness at corners: S {worst['S server']:.2f} (server), "
-        f"{worst['S parties']:.2f} (parties), T {worst['T']:.2f}; Bernoulli miss "
+        f"{worst['S parties']:.2f} (parties; {exact['S parties least']:.2f} at least where "
+        f"exact), T {worst['T']:.2f} per sample and {coherent['T batch']:.2f} for a coherent "
+        f"batch; Chebyshev misses {misses}/4000; Bernoulli miss "
         f"probability {miss:.3g} (delta {DELTA})",
         comparisons=tuple(comps),
     )

@@ -175,6 +175,8 @@ def test_cli_bad_dataset_exit_code(capsys):
     assert capsys.readouterr().err.startswith("cvfl: error: unknown data set 'no-such-data'")
     assert main(["bound", "--every", "0"]) == 2
     assert "--every" in capsys.readouterr().err
+    assert main(["bound", "--sampled", "50"]) == 2
+    assert "--sampled must be 0 (off) or in [100, 1e8]" in capsys.readouterr().err
 
 
 def test_dense_jacobian_and_norms_match_autograd_functional():
@@ -345,3 +347,40 @@ def test_a_bound_check_is_kept_and_loaded_exactly(runs, tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="not its total over the observed"):
         BoundCheck.load(path)
+
+
+def test_the_sampled_form_is_a_bound_only_where_it_was_evaluated_at_every_step_charged(ds, probed):
+    """C4.8 in term 3: a bound (at its stated confidence) at Q = 1 with every round start probed."""
+    from cvfl_sim.bounds.lemma1 import Lemma1Probe
+
+    name = "sampled (C4.8, ours)"
+    _, c, _ = probed
+    cases = [({}, 1, True), ({}, 2, False), ({"Q": 2}, 1, False)]
+    for kw, every, is_bound in cases:
+        cfg = _cfg(ScalarQuantizer(2, range="minmax-tensor"), epochs=1, **kw)
+        probe = Lemma1Probe(every=every, steps="first", tight=False, sampled=200, delta=0.1)
+        chk = bound_vs_observed(train(ds, cfg, probe=probe), c, lemma1=probe.report())
+        assert (name in chk.forms) is is_bound and (name in chk.estimates) is not is_bound, kw
+        kind = "bound" if is_bound else "estimate"
+        assert f"{kind} [{name}]" in chk.column("quantity"), kw
+        notes = [str(n) for n in chk.column("note")]
+        assert any("probability >= 0.9" in n for n in notes), kw
+        if is_bound:  # the form's term 3 is the per-round sampled bounds through 92 Q^2 / R
+            rep = probe.report()
+            R = len(rep.rounds)
+            assert chk.forms[name].compression == pytest.approx(
+                92 / R * float(rep.sampled.sum()), rel=1e-12
+            )
+    # top-k is biased: the sampled bound does not apply, so there is no such form
+    from cvfl_theory.compressors import TopK
+
+    cfg = _cfg(TopK(k=2), epochs=1)
+    probe = Lemma1Probe(every=1, steps="first", tight=False, sampled=200)
+    rep = probe.report() if train(ds, cfg, probe=probe) else None
+    assert rep is not None and np.isnan(rep.sampled).all()
+    assert len(rep.sampled_skipped) == len(rep.rounds)  # every round start, with its reason
+    assert "round 0: compressor must be a dithered" in rep.sampled_skipped[0]
+    assert f"C4.8 does not apply at {len(rep.rounds)} round start(s)" in " ".join(str(rep).split())
+    assert rep.summary()["sampled_skipped"] == rep.sampled_skipped
+    chk = bound_vs_observed(train(ds, cfg), c, lemma1=rep)
+    assert name not in chk.forms and name not in chk.estimates

@@ -334,3 +334,49 @@ def test_linear_head_blocks_equal_autograd(bias, sizes):
         assert [a.shape for a in fast] == [a.shape for a in auto]
         for a, b in zip(fast, auto):
             assert torch.allclose(a, b, rtol=0, atol=1e-14 * float(b.abs().max()))
+
+
+def test_sampled_bounds_are_the_c4_8_bound_at_the_run_s_union_level():
+    """The probe's C4.8 column: round starts only, each at 6 delta / (pi^2 j^2 (M + 1)) per block."""
+    import math
+
+    from cvfl_sim.bounds.sampled_lemma1 import sampled_lemma1_bound
+
+    ds = _data(1.0)
+    cfg = CVFLConfig(
+        Q=2,
+        lr=0.5,
+        epochs=1,
+        batch_size=5,
+        embedding_size=P,
+        compressor=ScalarQuantizer(2),
+        dtype="float64",
+        seed=3,
+    )
+    cap = _Capture(Lemma1Probe(every=1, steps="all", tight=False, sampled=150, delta=0.2, seed=7))
+    train(ds, cfg, probe=cap)
+    rep = cap.probe.report()
+    assert rep.sampled.shape == rep.left.shape and rep.delta == 0.2
+    assert np.isnan(rep.sampled[rep.steps == 1]).all()  # a later local step: not stated there
+    starts = [s for s in cap.states if s["step"] == 0]
+    assert len(starts) == 4
+    for j, state in enumerate(starts, start=1):
+        level = 6 * 0.2 / (math.pi**2 * j**2) / 3  # M + 1 = 3 blocks
+        direct = sampled_lemma1_bound(
+            state["parties"],
+            state["server"],
+            state["x"],
+            state["y"],
+            state["compressors"],
+            state["server_compressor"],
+            draws=150,
+            delta=level,
+            seed=7 + state["round_index"],
+        )
+        row = np.flatnonzero((rep.rounds == state["round_index"]) & (rep.steps == 0))[0]
+        np.testing.assert_allclose(rep.sampled[row], direct.bound, rtol=1e-12)
+    assert "sampled (C4.8) / left" in str(rep) and "probability >= 0.8" in str(rep)
+    assert len(rep.summary()["ratio_sampled"]) == 3
+    for bad, match in [({"sampled": 99}, "sampled"), ({"sampled": 200, "delta": 1.0}, "delta")]:
+        with pytest.raises(ValueError, match=match):
+            Lemma1Probe(**bad)

@@ -397,20 +397,18 @@ def per_round_zero_fill(mp: pytest.MonkeyPatch) -> None:
 
 
 def tight_per_round_zero_fill(mp: pytest.MonkeyPatch) -> None:
-    """C4.2 tight form of term 3: the unprobed rounds' tight bounds 0 instead of the probed mean."""
-    orig = theorems._tight_per_round
+    """C4.2 tight and sampled forms of term 3: the unprobed rounds' bounds 0, not the probed mean."""
+    orig = theorems._bound_per_round
 
-    def zero_filled(report, R):
-        out = orig(report, R)
+    def zero_filled(values, rounds, R):
+        out = orig(values, rounds, R)
         if out is not None:
             probed = np.zeros(R, dtype=bool)
-            probed[report.rounds[np.isfinite(report.tight).all(axis=1) & (report.rounds < R)]] = (
-                True
-            )
+            probed[rounds[np.isfinite(values).all(axis=1) & (rounds < R)]] = True
             out[0][~probed] = 0.0
         return out
 
-    mp.setattr(theorems, "_tight_per_round", zero_filled)
+    mp.setattr(theorems, "_bound_per_round", zero_filled)
 
 
 def sampled_server_error_ignored(mp: pytest.MonkeyPatch) -> None:
@@ -436,6 +434,26 @@ def sampled_maurer_without_2(mp: pytest.MonkeyPatch) -> None:
     """C4.8's Maurer bound with exp(-k t^2 / E Z^2) (the 2 dropped)."""
     bound = sampled.nonnegative_mean_bound
     mp.setattr(sampled, "nonnegative_mean_bound", lambda m, c, d, k, L: bound(m, c, d, k, L / 2))
+
+
+def sampled_party_ranges_halved(mp: pytest.MonkeyPatch) -> None:
+    """C4.8's per-sample ranges beta_i halved for the party blocks only."""
+    ranges = sampled._ranges
+    mp.setattr(
+        sampled,
+        "_ranges",
+        lambda pb: [(b if m == 0 else 0.5 * b, g) for m, (b, g) in enumerate(ranges(pb))],
+    )
+
+
+def sampled_chebyshev_dropped(mp: pytest.MonkeyPatch) -> None:
+    """C4.8's mean-vector bound without Chebyshev's term: ||E A|| <= ||A_bar||."""
+    mp.setattr(sampled, "mean_vector_bound", lambda mean_norm, trace, k, delta: mean_norm)
+
+
+def sampled_server_range_max(mp: pytest.MonkeyPatch) -> None:
+    """C4.8's range of T from the largest per-sample range, as if the changes were not coherent."""
+    mp.setattr(sampled, "server_term_range", lambda gamma: 0.5 * float(np.max(gamma)) ** 2)
 
 
 MUTATIONS: list[tuple[str, Callable[[pytest.MonkeyPatch], None], list[str]]] = [
@@ -481,6 +499,9 @@ MUTATIONS: list[tuple[str, Callable[[pytest.MonkeyPatch], None], list[str]]] = [
     ("c4.8-ranges-halved", sampled_ranges_halved, ["c4_8_sampled_lemma1"]),
     ("c4.8-softmax-box-half", sampled_softmax_box_half_rho, ["c4_8_sampled_lemma1"]),
     ("c4.8-maurer-without-2", sampled_maurer_without_2, ["c4_8_sampled_lemma1"]),
+    ("c4.8-party-ranges-halved", sampled_party_ranges_halved, ["c4_8_sampled_lemma1"]),
+    ("c4.8-chebyshev-dropped", sampled_chebyshev_dropped, ["c4_8_sampled_lemma1"]),
+    ("c4.8-server-range-max", sampled_server_range_max, ["c4_8_sampled_lemma1"]),
     ("c4.1-min-over-probes", report_min_over_probes, ["c4_1_lemma1_measured"]),
     ("c4.1-smaller-of-two-points", probe_smaller_point, ["c4_1_lemma1_measured"]),
     ("c4.2-with-lemma1-minimum", with_lemma1_minimum, ["c4_1_lemma1_measured"]),

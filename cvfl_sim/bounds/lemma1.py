@@ -184,6 +184,20 @@ class Lemma1Probe:
     tight : bool
         Also evaluate the tight bound of C4.5 (ours, :mod:`cvfl_sim.bounds.tight_term`) at the probed
         local steps 0 (round starts), for the report's tight / left column.
+    sampled : int
+        Dither draws of the confidence bound of C4.8 (ours,
+        :func:`cvfl_sim.bounds.sampled_lemma1.sampled_lemma1_bound`) at the probed local steps 0,
+        for the report's sampled / left column; ``0`` (default) leaves it out, else at least 100.
+        It costs about 1--4 s per probed round at 4000 draws (B = 64) and is skipped (``nan``)
+        where it does not apply: biased compressors such as top-k, error feedback, a non-linear
+        head.
+    delta : float
+        Confidence of the sampled bounds for the whole run, in ``(0, 1)``: the ``j``-th probed
+        round start gets :math:`6\delta/(\pi^2 j^2)` shared by its ``M + 1`` blocks, so that
+        every sampled bound of the run holds at once with probability at least ``1 - delta``
+        over the probe's draws (a union bound; :math:`\sum_j 6/(\pi^2 j^2) = 1`).
+    seed : int
+        Seed of the sampled bound's own draws (the run's random streams are not touched).
     progress : bool or None
         A bar counting the probed steps (:func:`~cvfl_sim.vfl.progress.progress_bar`): ``None``
         shows it on a terminal or in a notebook, ``True`` always, ``False`` never.
@@ -215,6 +229,10 @@ class Lemma1Probe:
         steps: str | Iterable[int] = "ends",
         tight: bool = True,
         progress: bool | None = None,
+        *,
+        sampled: int = 0,
+        delta: float = 0.05,
+        seed: int = 0,
     ):
         if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
             raise ValueError(f"every must be an integer >= 1, got {every!r}")
@@ -233,6 +251,14 @@ class Lemma1Probe:
             raise TypeError(f"tight must be True or False, got {tight!r}")
         if progress is not None and not isinstance(progress, bool):
             raise TypeError(f"progress must be True, False or None, got {progress!r}")
+        from cvfl_theory._validate import check_int_in_range, check_real
+
+        self.sampled = 0 if sampled == 0 else check_int_in_range(sampled, "sampled", 100, 10**8)
+        self.delta = check_real(delta, "delta", 0.0, 1.0, low_open=True, high_open=True)
+        self.seed = check_int_in_range(seed, "seed", 0, 2**62)
+        self._sampled_probes = 0
+        self.sampled_skipped: list[str] = []
+        """Round starts where the sampled bound did not apply, each with the reason."""
         self.every = int(every)
         self.tight = bool(tight)
         self.progress = progress
@@ -348,6 +374,21 @@ class Lemma1Probe:
                     server_compressor,
                 )
             )
+            sampled = (
+                None
+                if not self.sampled
+                else self._sampled(
+                    round_index,
+                    step,
+                    error_feedback,
+                    P64,
+                    S64,
+                    x64,
+                    y,
+                    compressors,
+                    server_compressor,
+                )
+            )
             row = {
                 "round": int(round_index),
                 "step": int(step),
@@ -357,6 +398,7 @@ class Lemma1Probe:
                 "E_realised": E_real,
                 "E_expected": E_exp,
                 "tight": tight,
+                "sampled": sampled,
             }
         self._rows.append(row)
         self.seconds += time.perf_counter() - tick
@@ -397,6 +439,51 @@ class Lemma1Probe:
                 return out
         return np.asarray(res.bound, dtype=np.float64)
 
+    def _sampled(
+        self,
+        round_index: int,
+        step: int,
+        error_feedback: bool,
+        parties: Sequence[nn.Module],
+        server: nn.Module,
+        x: Sequence[torch.Tensor],
+        y: torch.Tensor,
+        compressors: Sequence[Any],
+        server_compressor: Any,
+    ) -> np.ndarray:
+        r"""The confidence bound of C4.8 (ours) at a round start, ``nan`` where it does not apply.
+
+        Evaluated at local step 0 only (the bound is stated at the round-start parameters),
+        without error feedback (the compressors' input is then not the embedding). The ``j``-th
+        evaluation runs at level :math:`6\delta/(\pi^2 j^2 (M + 1))` per block.
+        """
+        from .sampled_lemma1 import sampled_lemma1_bound
+
+        out = np.full(len(parties) + 1, np.nan)
+        if step != 0:
+            return out
+        if error_feedback:
+            self.sampled_skipped.append(f"round {round_index}: error feedback")
+            return out
+        try:
+            level = 6.0 * self.delta / (math.pi**2 * (self._sampled_probes + 1) ** 2)
+            res = sampled_lemma1_bound(
+                parties,
+                server,
+                x,
+                y,
+                compressors,
+                server_compressor,
+                draws=self.sampled,
+                delta=level / len(out),
+                seed=self.seed + int(round_index),
+            )
+        except ValueError as exc:  # top-k (biased), a non-linear head, an error off the support
+            self.sampled_skipped.append(f"round {round_index}: {exc}")
+            return out
+        self._sampled_probes += 1
+        return np.asarray(res.bound, dtype=np.float64)
+
     def report(self) -> Lemma1Report:
         """All probes so far as a :class:`Lemma1Report` (closes the progress bar)."""
         if self._bar is not None:
@@ -406,7 +493,14 @@ class Lemma1Probe:
                 "the probe measured nothing: pass it to train(..., probe=probe) and check that "
                 "its every/steps select at least one local step"
             )
-        return Lemma1Report(self._rows, self.every, self.steps, self.seconds)
+        return Lemma1Report(
+            self._rows,
+            self.every,
+            self.steps,
+            self.seconds,
+            self.delta if self.sampled else None,
+            self.sampled_skipped,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -438,12 +532,25 @@ class Lemma1Report(Table):
         are ``nan`` with error feedback.
     tight : numpy.ndarray or None
         ``(P, M + 1)`` :func:`cvfl_sim.bounds.tight_term.tight_lemma1_bound` when it was available.
+    sampled : numpy.ndarray or None
+        ``(P, M + 1)`` :func:`cvfl_sim.bounds.sampled_lemma1.sampled_lemma1_bound` (C4.8) where
+        the probe evaluated it (round starts; ``nan`` elsewhere), ``None`` without ``sampled``.
+    delta : float or None
+        The sampled bounds all hold at once with probability at least ``1 - delta``.
+    sampled_skipped : list of str
+        The round starts where the sampled bound did not apply, with the reason.
     seconds : float
         Time spent in the probe.
     """
 
     def __init__(
-        self, rows: list[dict[str, Any]], every: int, steps: Any, seconds: float = 0.0
+        self,
+        rows: list[dict[str, Any]],
+        every: int,
+        steps: Any,
+        seconds: float = 0.0,
+        delta: float | None = None,
+        sampled_skipped: Sequence[str] = (),
     ) -> None:
         def arr(key: str) -> np.ndarray:
             return np.array([r[key] for r in rows], dtype=np.float64)
@@ -458,16 +565,21 @@ class Lemma1Report(Table):
         self.E_realised = arr("E_realised")
         self.E_expected = arr("E_expected")
         self.tight = None if rows[0]["tight"] is None else arr("tight")
+        self.sampled = None if rows[0].get("sampled") is None else arr("sampled")
+        self.delta = delta
+        self.sampled_skipped = list(sampled_skipped)
         self.seconds = float(seconds)
         self.every = every
         self.step_rule = steps if isinstance(steps, str) else sorted(steps)
         table_rows = []
-        tight = self.tight_ratios()
+        tight, sampled = self.tight_ratios(), self.sampled_ratios()
         for m in range(self.left.shape[1]):
             row: list[Any] = [m, float(np.median(self.left[:, m])), self.H[m], self.G[m]]
             for errors in ("realised", "expected"):
                 row += list(finite_stats(self.ratios(errors)[:, m]))
             row += list(finite_stats(tight[:, m]))[:2] if tight is not None else ["-", "-"]
+            if sampled is not None:
+                row += list(finite_stats(sampled[:, m]))[:2]
             table_rows.append(row)
         verdict = "holds at every probe" if self.passed else "FAILS (a ratio below 1)"
         super().__init__(
@@ -484,17 +596,31 @@ class Lemma1Report(Table):
                 "max",
                 "min",
                 "median",
-            ],
+            ]
+            + (["min", "median"] if sampled is not None else []),
             table_rows,
             title=f"Lemma 1 (C4.1, chain reading, operator norms) measured at {len(rows)} "
             f"probe(s): rounds every {every}, steps {self.step_rule}; right = H_m^2 G_m^2 "
-            f"sum_(j!=m) E_j with H, G the run's maxima. Verdict: {verdict}",
+            f"sum_(j!=m) E_j with H, G the run's maxima. Verdict: {verdict}"
+            + (
+                ""
+                if self.sampled is None or delta is None or not np.isfinite(self.sampled).any()
+                else f". The sampled bounds (C4.8) hold all at once with probability >= "
+                f"{1 - delta:g} over their draws"
+            )
+            + (
+                f"; C4.8 does not apply at {len(self.sampled_skipped)} round start(s) "
+                f"({self.sampled_skipped[0]})"
+                if self.sampled_skipped
+                else ""
+            ),
             groups=[
                 ("", 4),
                 ("right / left, realised E", 3),
                 ("right / left, expected E", 3),
                 ("tight (C4.5) / left", 2),
-            ],
+            ]
+            + ([("sampled (C4.8) / left", 2)] if sampled is not None else []),
         )
 
     def right(self, errors: str = "realised", *, H: Any = None, G: Any = None) -> np.ndarray:
@@ -510,11 +636,11 @@ class Lemma1Report(Table):
 
     def tight_ratios(self) -> np.ndarray | None:
         """``(P, M + 1)`` tight bound (C4.5, ours) / left side; ``nan`` where not evaluated."""
-        if self.tight is None:
-            return None
-        keep = np.isfinite(self.tight)
-        ratio = lemma1_check(self.left, np.where(keep, self.tight, 0.0))[1]
-        return np.where(keep, ratio, np.nan)
+        return _bound_ratios(self.tight, self.left)
+
+    def sampled_ratios(self) -> np.ndarray | None:
+        """``(P, M + 1)`` sampled bound (C4.8, ours) / left side; ``nan`` where not evaluated."""
+        return _bound_ratios(self.sampled, self.left)
 
     def tight_sum_ratios(self) -> np.ndarray | None:
         r"""``(M + 1,)`` sum of the tight bounds / sum of the left sides, over the probes with both.
@@ -526,13 +652,11 @@ class Lemma1Report(Table):
         difference sequence), so a ratio of sums well below 1 would contradict the bound; a ratio of
         sums is the run-level comparison. ``nan`` for a block whose left sides are all 0.
         """
-        if self.tight is None:
-            return None
-        keep = np.isfinite(self.tight)
-        num = np.where(keep, self.tight, 0.0).sum(axis=0)
-        den = np.where(keep, self.left, 0.0).sum(axis=0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(den > 0, num / den, np.nan)
+        return _sum_ratios(self.tight, self.left)
+
+    def sampled_sum_ratios(self) -> np.ndarray | None:
+        """``(M + 1,)`` as :meth:`tight_sum_ratios`, for the sampled bound (C4.8)."""
+        return _sum_ratios(self.sampled, self.left)
 
     def check(self, errors: str = "realised", **constants: Any) -> bool:
         """Whether every ratio is ``>= 1`` (``nan`` expected errors are skipped)."""
@@ -573,7 +697,30 @@ class Lemma1Report(Table):
         for errors in ("realised", "expected"):
             r = self.ratios(errors)
             out[f"ratio_{errors}"] = [list(finite_stats(r[:, m])) for m in range(r.shape[1])]
-        tr = self.tight_ratios()
-        if tr is not None:
-            out["ratio_tight"] = [list(finite_stats(tr[:, m])) for m in range(tr.shape[1])]
+        for name, br in (("tight", self.tight_ratios()), ("sampled", self.sampled_ratios())):
+            if br is not None:
+                out[f"ratio_{name}"] = [list(finite_stats(br[:, m])) for m in range(br.shape[1])]
+        if self.sampled is not None:
+            out["sampled_delta"] = self.delta
+            out["sampled_skipped"] = self.sampled_skipped
         return out
+
+
+def _bound_ratios(bound: np.ndarray | None, left: np.ndarray) -> np.ndarray | None:
+    """``bound / left`` per probe and block (:func:`lemma1_check`), ``nan`` where not evaluated."""
+    if bound is None:
+        return None
+    keep = np.isfinite(bound)
+    ratio = lemma1_check(left, np.where(keep, bound, 0.0))[1]
+    return np.where(keep, ratio, np.nan)
+
+
+def _sum_ratios(bound: np.ndarray | None, left: np.ndarray) -> np.ndarray | None:
+    """Per block, the sum of the bounds over the sum of the left sides where both exist."""
+    if bound is None:
+        return None
+    keep = np.isfinite(bound)
+    num = np.where(keep, bound, 0.0).sum(axis=0)
+    den = np.where(keep, left, 0.0).sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / den, np.nan)
