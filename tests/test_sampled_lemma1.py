@@ -291,3 +291,16 @@ def test_an_error_outside_the_support_is_refused(monkeypatch):
     monkeypatch.setattr(wide, "roundtrip", lambda x, rng=None: x + 2.0 * (plain(x, rng=rng) - x))
     with pytest.raises(ValueError, match="outside the dither's support"):
         sl.sampled_lemma1_bound(parties, server, xs, y, wide, draws=100)
+
+
+def test_poincare_constants_cover_the_jacobian_on_a_held_out_model():
+    """T's Poincaré constant: None where there is no server error, and Lambda never exceeded."""
+    from proofs_checks.c4_8_sampled_lemma1 import poincare_coverage, tiny_model
+
+    parties, server, xs, y = tiny_model(13, 5)
+    c = ScalarQuantizer(3)
+    with_server = sl.poincare_constants(parties, server, xs, y, c, ScalarQuantizer(2))
+    assert with_server[0] is None and all(v is not None and v > 0 for v in with_server[1:])
+    assert sl.poincare_constants(parties, server, xs, y, c, None) == [None, None, None]
+    worst = poincare_coverage(seed=9, points=8)  # another seed than the proofs check's
+    assert 0.0 < worst <= 1.0

@@ -43,8 +43,10 @@ e^{\Delta_k - \Delta_c}` on the box the logits can reach (:func:`softmax_box`). 
 through terms of order :math:`L/k`, so the bound tracks the draws' mean as ``k`` grows: within
 a factor 1.1--1.6 of an independent Monte-Carlo truth after training at 2 bits when the server
 model is not compressed. With a compressed server model, :math:`T`'s range sums over the batch
-(a worst case coherent across samples) and the party blocks' bounds are looser (measured
-14--213 times the truth; at 4 bits or on digits the tight term C4.5 can be the smaller).
+(a worst case coherent across samples), so :math:`\mathbb E T^2` is also bounded through a
+Poincaré inequality for the uniform errors (:func:`poincare_constants`), and the smaller
+bound is used: the party blocks are then 1.9--6 times the truth at 4 bits and 4--140 at
+2 bits (breast cancer the loosest).
 
 Assumptions: a linear softmax head with cross entropy; dithered scalar or hexagonal-lattice
 quantizers without overload (C5.1, C5.2: errors independent across parties, rows and
@@ -83,6 +85,7 @@ __all__ = [
     "mean_vector_bound",
     "nonnegative_mean_bound",
     "per_sample_ranges",
+    "poincare_constants",
     "sampled_lemma1_bound",
     "server_term_range",
     "softmax_box",
@@ -374,6 +377,7 @@ def sampled_lemma1_bound(
             ranges.append((b_S, b_S, 0.0, server_term_range(gamma)))
         else:  # independent samples with 0 <= S_i <= beta_i^2
             ranges.append((b_S, float((beta**2).max()), 1.0, 0.0))
+    poincare = _poincare_constants(pb)
     Jflat = [Jm.reshape(B * Jm.shape[1], -1) for Jm in pb.J]
 
     # ---- the draws ----
@@ -429,7 +433,11 @@ def sampled_lemma1_bound(
     out = {n: np.zeros(M + 1) for n in ("bound", "est", "se", "var", "srv", "mean", "ratio")}
     for m, (s, (b_S, c_S, d_S, b_T)) in enumerate(zip(sums, ranges)):
         U_S = nonnegative_mean_bound(s.S / k, c_S, d_S, k, L)
+        # E T^2 <= min(b_T E T, c_P E T + (E T)^2): the smaller root of Maurer's quadratic
         U_T = nonnegative_mean_bound(s.T / k, b_T, 0.0, k, L) if b_T > 0 else 0.0
+        c_P = poincare[m]
+        if b_T > 0 and c_P is not None:
+            U_T = min(U_T, nonnegative_mean_bound(s.T / k, c_P, 1.0, k, L))
         assert s.A is not None
         # Chebyshev: E||A_bar - E A||^2 = tr Cov(A) / k <= (E S + E T) / k
         w = mean_vector_bound(float(np.linalg.norm(s.A / k)), U_S + U_T, k, delta / events)
@@ -618,6 +626,63 @@ def _ranges(pb: _Problem) -> list[tuple[np.ndarray, np.ndarray | None]]:
     return out
 
 
+def _sup_p_one_minus_p(upper: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    r""":math:`\sup p(1 - p)` over :math:`p \in [\mathrm{lo}, \mathrm{up}]`, elementwise."""
+    return np.where(
+        upper <= 0.5, upper * (1.0 - upper), np.where(lower >= 0.5, lower * (1.0 - lower), 0.25)
+    )
+
+
+def _poincare_constants(pb: _Problem) -> list[float | None]:
+    r"""Per block, :math:`c_P` with :math:`\operatorname{Var} T \le c_P\,\mathbb E T` (Poincaré).
+
+    Every error unit is uniform on a convex set of diameter :math:`2 w_j` (an interval, or a
+    hexagon inside its circumscribed disc), independently, so for a smooth ``f`` of all of them
+    (Payne--Weinberger, tensorised) :math:`\operatorname{Var} f \le \sum_j (4 w_j^2/\pi^2)\,
+    \mathbb E\|\partial_j f\|^2`. For :math:`T = \frac12\|D\|^2` that is at most
+    :math:`(4/\pi^2)\,\mathbb E\|D\|^2 \Lambda^2 = (8/\pi^2)\Lambda^2\,\mathbb E T`, with
+    :math:`\Lambda` a bound on the operator norm of :math:`D`'s Jacobian in the scaled
+    coordinates :math:`\varepsilon_j / w_j` over the support: :math:`\Lambda^2 \le 2(\sum_i
+    g_i)^2 + \sum_i \mu_i^2`, the server error's part (common to the samples: a sum) and the
+    rows' own errors (one block each: a sum of squares), with
+
+    .. math:: g_i = w_0\|J_i\|\bigl(\|\hat p_i - y_i\|_1 + \|\hat W_m\|\,s_i\,
+              \sqrt{\|\hat z_i\|^2 + 1}\bigr), \qquad
+              \mu_i = 2\|J_i\|\,\|\hat W_m\|\,s_i\,\|\hat W_{-m}\operatorname{diag}(w_i)\|,
+
+    :math:`s_i = 2\max_c \sup p_c(1 - p_c) \ge \|\operatorname{diag}\hat p - \hat p\hat
+    p^\top\|` (Gershgorin) over the box, :math:`\|\hat W_m\| \le \|W_m\| + w_0\sqrt{K
+    P_m}`. ``None`` for the server block and without a server error.
+    """
+    B, K, W, Hc, hw, hw0, off = pb.B, pb.K, pb.W, pb.Hc, pb.hw, pb.hw0, pb.off
+    out: list[float | None] = [None]
+    if hw0 == 0:
+        return out + [None] * pb.M
+    rho_0 = np.broadcast_to((2.0 * hw0 * (np.abs(Hc).sum(1) + 1.0))[:, None, None], (B, K, K))
+    for m in range(pb.M):
+        Pm = int(off[m + 1] - off[m])
+        Jop = np.sqrt(np.linalg.eigvalsh(pb.Kmats[m])[:, -1].clip(min=0.0))
+        seen = np.ones(pb.P, dtype=bool)
+        seen[off[m] : off[m + 1]] = False
+        hwm = hw * seen
+        rho_e = _pair_sup(W, hwm) + 2.0 * (hw0 * hwm.sum(1))[:, None, None]
+        _, up, lo = softmax_box(pb.u0, rho_e + rho_0)
+        off_label = 2.0 * (1.0 - lo[np.arange(B), pb.labels])  # >= ||p^ - y||_1
+        s_i = 2.0 * _sup_p_one_minus_p(up, lo).max(axis=1)
+        Wm = W[:, off[m] : off[m + 1]]
+        wm_hat = float(np.linalg.norm(Wm, 2)) + hw0 * math.sqrt(K * Pm)
+        z_hat = np.linalg.norm(Hc, axis=1) + np.linalg.norm(hwm, axis=1)
+        g = hw0 * Jop * (off_label + wm_hat * s_i * np.sqrt(z_hat**2 + 1.0))
+        Wo = W[None, :, :] * hwm[:, None, :]  # (B, K, P): W diag(w_i), own block zero
+        wo = np.linalg.norm(Wo, ord=2, axis=(1, 2)) + hw0 * math.sqrt(K) * np.linalg.norm(
+            hwm, axis=1
+        )
+        mu = 2.0 * Jop * wm_hat * s_i * wo
+        lam2 = 2.0 * float(g.sum()) ** 2 + float((mu**2).sum())
+        out.append(8.0 / math.pi**2 * lam2)
+    return out
+
+
 def per_sample_ranges(
     parties: Sequence[nn.Module],
     server: nn.Module,
@@ -646,6 +711,25 @@ def per_sample_ranges(
         whenever the server model is not compressed.
     """
     return _ranges(_prepare(parties, server, inputs, y, compressors, server_compressor))
+
+
+def poincare_constants(
+    parties: Sequence[nn.Module],
+    server: nn.Module,
+    inputs: Sequence[torch.Tensor],
+    y: torch.Tensor,
+    compressors: Any,
+    server_compressor: Any = None,
+) -> list[float | None]:
+    r"""The constants :math:`c_P` of :math:`\operatorname{Var} T \le c_P\,\mathbb E T` behind :func:`sampled_lemma1_bound`.
+
+    One per block (``None`` for the server block and without a server error):
+    :math:`c_P = (8/\pi^2)\Lambda^2`, with :math:`\Lambda` the bound on the operator norm of
+    the Jacobian of :math:`D = A(\varepsilon_0, \varepsilon) - A(\varepsilon_0',
+    \varepsilon)` in the errors scaled by their supports' half-diameters (see the docs' C4.8
+    page for the proof).
+    """
+    return _poincare_constants(_prepare(parties, server, inputs, y, compressors, server_compressor))
 
 
 def _softmax(u: np.ndarray) -> np.ndarray:
