@@ -570,12 +570,44 @@ def _prepare(
     )
 
 
+@dataclass(frozen=True)
+class _PartyBox:
+    """What party block ``m``'s ranges and Poincaré constant share (float64, one row a sample)."""
+
+    Pm: int
+    Jop: np.ndarray  # (B,) ||J_i||
+    hwm: np.ndarray  # (B, P) half-widths of the other parties' errors (own block 0)
+    rho_e: np.ndarray  # (B, K, K) sup of Delta_c - Delta_k from the others' errors
+    rho_0: np.ndarray  # (B, K, K) ... from the server error alone
+    p: np.ndarray  # (B, K) probabilities at the exact view
+    up: np.ndarray  # (B, K) softmax range on the box of the summed changes
+    lo: np.ndarray
+    off_label: np.ndarray  # (B,) >= sum_c |p^_c - y_c| = 2 (1 - p^_y) over the box
+
+
+def _party_box(pb: _Problem, m: int) -> _PartyBox:
+    """The box the logits of party block ``m``'s samples can reach, and what follows from it."""
+    B, K, hw, hw0, off = pb.B, pb.K, pb.hw, pb.hw0, pb.off
+    Jop = np.sqrt(np.linalg.eigvalsh(pb.Kmats[m])[:, -1].clip(min=0.0))
+    seen = np.ones(pb.P, dtype=bool)
+    seen[off[m] : off[m + 1]] = False
+    hwm = hw * seen
+    kappa = hw0 * hwm.sum(1)  # |sum_u E_cu eps_u| per class
+    # sup of Delta_c - Delta_k: the others' errors through W-hat (W plus the server error,
+    # kappa), and the server error alone (E h + e_b, rows c and k independent)
+    rho_e = _pair_sup(pb.W, hwm) + 2.0 * kappa[:, None, None]
+    rho_0 = np.broadcast_to((2.0 * hw0 * (np.abs(pb.Hc).sum(1) + 1.0))[:, None, None], (B, K, K))
+    p, up, lo = softmax_box(pb.u0, rho_e + rho_0)
+    off_label = 2.0 * (1.0 - lo[np.arange(B), pb.labels])
+    return _PartyBox(int(off[m + 1] - off[m]), Jop, hwm, rho_e, rho_0, p, up, lo, off_label)
+
+
 def _ranges(pb: _Problem) -> list[tuple[np.ndarray, np.ndarray | None]]:
     r"""Per block, the ranges :math:`(\beta_i, \gamma_i)` of :func:`per_sample_ranges`.
 
     ``gamma`` is ``None`` for the server block and without a server error.
     """
-    B, P, W, Hc, hw, hw0, off = pb.B, pb.P, pb.W, pb.Hc, pb.hw, pb.hw0, pb.off
+    B, W, Hc, hw, hw0, off = pb.B, pb.W, pb.Hc, pb.hw, pb.hw0, pb.off
     u0 = pb.u0
     out: list[tuple[np.ndarray, np.ndarray | None]] = []
     # server block: Delta = W eps (all parties), no server error
@@ -587,9 +619,9 @@ def _ranges(pb: _Problem) -> list[tuple[np.ndarray, np.ndarray | None]]:
     out.append((beta0, None))
     top = pb.p0.argmax(axis=1)
     for m, Jm in enumerate(pb.J):  # (B, P_m, n_m)
-        Pm = Jm.shape[1]
+        bx = _party_box(pb, m)
+        Pm, Jop, up, lo = bx.Pm, bx.Jop, bx.up, bx.lo
         Km = pb.Kmats[m]
-        Jop = np.sqrt(np.linalg.eigvalsh(Km)[:, -1].clip(min=0.0))
         Wm = W[:, off[m] : off[m + 1]]
         jw = np.sqrt(np.einsum("kp,bpq,kq->bk", Wm, Km, Wm).clip(min=0.0))  # ||J_i^T W_m[c]||
         nu = jw + Jop[:, None] * hw0 * math.sqrt(Pm)  # >= ||J_i^T W-hat_m[c]||
@@ -599,29 +631,20 @@ def _ranges(pb: _Problem) -> list[tuple[np.ndarray, np.ndarray | None]]:
         nu_t = np.sqrt(np.einsum("bkp,bpq,bkq->bk", Dm, Km, Dm).clip(min=0.0))
         nu_t += Jop[:, None] * 2.0 * hw0 * math.sqrt(Pm)
         nu_t[np.arange(B), top] = 0.0
-        seen = np.ones(P, dtype=bool)
-        seen[off[m] : off[m + 1]] = False
-        hwm = hw * seen
-        kappa = hw0 * hwm.sum(1)  # |sum_u E_cu eps_u| per class
-        # sup of Delta_c - Delta_k: the others' errors through W-hat (W plus the server
-        # error, kappa), and the server error alone (E h + e_b, rows c and k independent)
-        rho_e = _pair_sup(W, hwm) + 2.0 * kappa[:, None, None]
-        rho_0 = np.broadcast_to((2.0 * hw0 * (np.abs(Hc).sum(1) + 1.0))[:, None, None], rho_e.shape)
-        _, up0, _ = softmax_box(u0, rho_0)
-        tau_s = _ratio_change(up0, rho_e)
+        _, up0, _ = softmax_box(u0, bx.rho_0)
+        tau_s = _ratio_change(up0, bx.rho_e)
         # also the exact range on the box: at u0 without a server error (the base point is
-        # then u0); with one, p at the base v and at v + Delta both lie in the box of the
-        # summed changes, so |dp_c| <= up_c - lo_c there
-        _, up, lo = softmax_box(u0, rho_e + rho_0)
-        tau_s = np.minimum(tau_s, _tau(*softmax_box(u0, rho_e)) if hw0 == 0 else up - lo)
+        # then u0, and the box of the summed changes is the others' alone); with one, p at the
+        # base v and at v + Delta both lie in the box of the summed changes, so |dp_c| <= up_c -
+        # lo_c there
+        tau_s = np.minimum(tau_s, _tau(bx.p, up, lo) if hw0 == 0 else up - lo)
         beta = np.minimum((tau_s * nu).sum(1), (tau_s * nu_t).sum(1))
         if hw0 == 0:
             out.append((beta, None))
             continue
-        off_label = 2.0 * (1.0 - lo[np.arange(B), pb.labels])  # >= sum_c |p^_c - y_c|
         width = up - lo
         change = np.minimum((width * nu).sum(1), (width * nu_t).sum(1))
-        gamma = 2.0 * Jop * hw0 * math.sqrt(Pm) * off_label + change
+        gamma = 2.0 * Jop * hw0 * math.sqrt(Pm) * bx.off_label + change
         out.append((beta, gamma))
     return out
 
@@ -654,25 +677,18 @@ def _poincare_constants(pb: _Problem) -> list[float | None]:
     p^\top\|` (Gershgorin) over the box, :math:`\|\hat W_m\| \le \|W_m\| + w_0\sqrt{K
     P_m}`. ``None`` for the server block and without a server error.
     """
-    B, K, W, Hc, hw, hw0, off = pb.B, pb.K, pb.W, pb.Hc, pb.hw, pb.hw0, pb.off
+    K, W, Hc, hw0, off = pb.K, pb.W, pb.Hc, pb.hw0, pb.off
     out: list[float | None] = [None]
     if hw0 == 0:
         return out + [None] * pb.M
-    rho_0 = np.broadcast_to((2.0 * hw0 * (np.abs(Hc).sum(1) + 1.0))[:, None, None], (B, K, K))
     for m in range(pb.M):
-        Pm = int(off[m + 1] - off[m])
-        Jop = np.sqrt(np.linalg.eigvalsh(pb.Kmats[m])[:, -1].clip(min=0.0))
-        seen = np.ones(pb.P, dtype=bool)
-        seen[off[m] : off[m + 1]] = False
-        hwm = hw * seen
-        rho_e = _pair_sup(W, hwm) + 2.0 * (hw0 * hwm.sum(1))[:, None, None]
-        _, up, lo = softmax_box(pb.u0, rho_e + rho_0)
-        off_label = 2.0 * (1.0 - lo[np.arange(B), pb.labels])  # >= ||p^ - y||_1
-        s_i = 2.0 * _sup_p_one_minus_p(up, lo).max(axis=1)
+        bx = _party_box(pb, m)
+        Pm, Jop, hwm = bx.Pm, bx.Jop, bx.hwm
+        s_i = 2.0 * _sup_p_one_minus_p(bx.up, bx.lo).max(axis=1)
         Wm = W[:, off[m] : off[m + 1]]
         wm_hat = float(np.linalg.norm(Wm, 2)) + hw0 * math.sqrt(K * Pm)
         z_hat = np.linalg.norm(Hc, axis=1) + np.linalg.norm(hwm, axis=1)
-        g = hw0 * Jop * (off_label + wm_hat * s_i * np.sqrt(z_hat**2 + 1.0))
+        g = hw0 * Jop * (bx.off_label + wm_hat * s_i * np.sqrt(z_hat**2 + 1.0))
         Wo = W[None, :, :] * hwm[:, None, :]  # (B, K, P): W diag(w_i), own block zero
         wo = np.linalg.norm(Wo, ord=2, axis=(1, 2)) + hw0 * math.sqrt(K) * np.linalg.norm(
             hwm, axis=1
