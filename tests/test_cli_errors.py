@@ -119,6 +119,15 @@ def test_bad_options_are_one_line_exit_2(capsys, no_training, argv, words):
     _one_error_line(capsys, *words)
 
 
+@pytest.mark.parametrize("command", ["bound", "train"])
+def test_a_batch_larger_than_the_data_is_one_line_before_any_progress(capsys, command):
+    # breast cancer has 456 training rows: the data are read to know it, nothing else runs
+    argv = [command, "--batch-size", "457"]
+    argv += ["--quick", "--dataset", "breast-cancer"] if command == "bound" else ["breast-cancer"]
+    assert main(argv) == 2
+    _one_error_line(capsys, "batch_size must be <= the training set size N_train=456", "457")
+
+
 def test_bad_output_paths_are_refused_before_any_work(tmp_path, capsys, no_training):
     a_file = tmp_path / "file"
     a_file.write_text("x")

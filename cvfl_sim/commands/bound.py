@@ -138,6 +138,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..bounds.lemma1 import Lemma1Probe
     from ..bounds.probes import probes
     from ..bounds.theorems import Constants, bound_vs_observed, estimate_constants
+    from ..vfl.config import setup_run
     from ..vfl.train import train
 
     start = time.perf_counter()
@@ -149,6 +150,7 @@ def _run(args: argparse.Namespace) -> int:
         args.epochs = 1
     ds = args.source.load()
     cfg = config_from_args(args, eval_every=1, track_grad_norm=True, parties_model=args.model)
+    setup_run(ds, cfg)  # every setting against the data (e.g. the batch size), before any work
     if args.theory_step:
         say("choosing the step from the run's own proved constants")
         eta, tries = step_from_constants(ds, cfg)
