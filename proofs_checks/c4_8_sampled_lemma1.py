@@ -14,7 +14,8 @@ Each piece of the proof is checked on its own, written here without the code und
   party range reaches 90 % at a corner for every sample where it is exact (two classes, no
   server error); ``T`` of a batch of identical rows at shared corners stays below its range;
 - the Poincaré constant of ``T`` (``poincare_constants``): the autograd Jacobian of ``D`` at
-  random points of the support, scaled by the half-diameters, never exceeds ``Lambda``;
+  random points of the support, scaled by the half-diameters, never exceeds ``Lambda``; the
+  uniform law's factor (``poincare_factor``) is an equality at ``sin(pi u / 2w)`` (quadrature);
 - Chebyshev's mean-vector bound (``mean_vector_bound``): its misses in 4000 exact Gaussian
   repetitions stay within the binomial quantile of ``delta``;
 - the bound itself against a float64 Monte Carlo of the truth (C4.5's ``measured_lemma1``,
@@ -300,6 +301,25 @@ def poincare_coverage(seed: int = 0, points: int = 16) -> float:
     return worst
 
 
+def poincare_factor_tightness(widths: tuple[float, ...] = (0.003, 1.0, 7.5)) -> float:
+    """Largest ``|factor(w) E f'^2 / Var f - 1|`` at Payne--Weinberger's extremal function.
+
+    ``f(u) = sin(pi u / 2w)`` for ``u`` uniform on ``[-w, w]``: ``Var f`` and ``E f'^2`` by
+    quadrature, independent of the code under test; the inequality ``Var f <= factor E f'^2``
+    is an equality there, so a smaller factor fails it and a larger one is seen too.
+    """
+    from scipy.integrate import quad
+
+    worst = 0.0
+    for w in widths:
+        a = math.pi / (2.0 * w)
+        mean = quad(lambda u: math.sin(a * u), -w, w)[0] / (2 * w)
+        var = quad(lambda u: (math.sin(a * u) - mean) ** 2, -w, w)[0] / (2 * w)
+        grad2 = quad(lambda u: (a * math.cos(a * u)) ** 2, -w, w)[0] / (2 * w)
+        worst = max(worst, abs(sl.poincare_factor(w) * grad2 / var - 1.0))
+    return worst
+
+
 def _mean_vector_misses(n: int = 4000, k: int = 100, dim: int = 20) -> tuple[int, int]:
     """Misses of :func:`mean_vector_bound` (``||E A||`` above it) in ``n`` exact repetitions.
 
@@ -328,6 +348,7 @@ def check() -> CheckResult:
     coherent = _ranges_worst(identical=True)  # the batch's changes add up
     misses, allowed = _mean_vector_misses()
     poincare = poincare_coverage()
+    factor_err = poincare_factor_tightness()
 
     comps: list[Comparison] = [
         Comparison(
@@ -383,6 +404,13 @@ def check() -> CheckResult:
             poincare,
             1.0,
             0.0,
+            "<=",
+        ),
+        Comparison(
+            "Poincare factor 4 w^2 / pi^2: |factor E f'^2 / Var f - 1| at sin(pi u / 2w)",
+            factor_err,
+            0.0,
+            1e-9,
             "<=",
         ),
         Comparison(

@@ -456,6 +456,12 @@ def sampled_server_range_max(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(sampled, "server_term_range", lambda gamma: 0.5 * float(np.max(gamma)) ** 2)
 
 
+def sampled_poincare_factor_small(mp: pytest.MonkeyPatch) -> None:
+    """C4.8's Poincaré factor of a uniform unit 3 w^2 / pi^2 instead of 4 w^2 / pi^2."""
+    factor = sampled.poincare_factor
+    mp.setattr(sampled, "poincare_factor", lambda w: 0.75 * factor(w))
+
+
 MUTATIONS: list[tuple[str, Callable[[pytest.MonkeyPatch], None], list[str]]] = [
     ("k1.2-mse-over-n", mse_over_n, ["k1_2_mse", "k2_2_mse"]),
     ("sampler-0.95p", sampler_095p, ["k1_1_unbiased", "k1_2_mse", "k5_1_binary"]),
@@ -502,6 +508,7 @@ MUTATIONS: list[tuple[str, Callable[[pytest.MonkeyPatch], None], list[str]]] = [
     ("c4.8-party-ranges-halved", sampled_party_ranges_halved, ["c4_8_sampled_lemma1"]),
     ("c4.8-chebyshev-dropped", sampled_chebyshev_dropped, ["c4_8_sampled_lemma1"]),
     ("c4.8-server-range-max", sampled_server_range_max, ["c4_8_sampled_lemma1"]),
+    ("c4.8-poincare-factor-3/4", sampled_poincare_factor_small, ["c4_8_sampled_lemma1"]),
     ("c4.1-min-over-probes", report_min_over_probes, ["c4_1_lemma1_measured"]),
     ("c4.1-smaller-of-two-points", probe_smaller_point, ["c4_1_lemma1_measured"]),
     ("c4.2-with-lemma1-minimum", with_lemma1_minimum, ["c4_1_lemma1_measured"]),

@@ -254,6 +254,20 @@ def test_float32_models_are_not_changed():
     assert all(torch.equal(a, b) for a, b in zip(before, server.parameters()))
 
 
+def test_float32_identity_has_no_error_on_the_float64_copies():
+    """Identity() sends float32; on the bound's float64 copies its rounding is no error (the
+    training's embeddings are float32 already), so no realised error leaves a zero support."""
+    parties, server, xs, y = _model(4, 6)
+    parties = [p.float() for p in parties]
+    xs = [x.float() for x in xs]
+    none = sl.sampled_lemma1_bound(parties, server.float(), xs, y, Identity(), draws=100)
+    assert (none.bound >= 0).all() and (none.bound < 1e-30).all(), none.bound
+    half = [Identity(), ScalarQuantizer(2), Identity()]
+    r = sl.sampled_lemma1_bound(parties, server.float(), xs, y, half, draws=100)
+    # the server's block and the other parties' see party 2's error; its own block does not
+    assert (r.bound[[0, 1, 3]] > 1e-6).all() and r.bound[2] < 1e-30, r.bound
+
+
 def test_bad_input_is_refused_before_any_work():
     parties, server, xs, y = _model(1, 4)
     c = ScalarQuantizer(2)

@@ -234,7 +234,8 @@ def test_a_run_file_holding_another_run_is_recomputed(tmp_path):
 
 
 def test_the_bounds_table_marks_the_tight_estimates(tmp_path):
-    """``reproduce bounds``: the tight ratio is a bound at Q = 1 only; at Q > 1 it reads ``est.``."""
+    """``reproduce bounds``: the tight and sampled ratios are bounds at Q = 1 only; at Q > 1 they
+    read ``est.``; C4.8 does not take top-k (``n/a``)."""
     import csv
 
     import cvfl_sim.experiments.theorem_runs as tr
@@ -246,10 +247,24 @@ def test_the_bounds_table_marks_the_tight_estimates(tmp_path):
     lines = (folder / "table.md").read_text().splitlines()
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
-    col = header.index("tight/obs")
+    col, col_s = header.index("tight/obs"), header.index("sampled/obs")
     assert len(cells) == len(rows) and {int(r["Q"]) for r in rows} >= {1, 5}
+    seen = set()
     for row, md in zip(rows, cells):
         compressed = row["compressor"] != "none"
         want = "estimate" if int(row["Q"]) > 1 and compressed else "bound"
         assert row["tight_kind"] == want, row["run"]
         assert md[col].endswith(" est.") == (want == "estimate"), row["run"]
+        want_s = "" if row["compressor"] == "topk" else want
+        assert row["sampled_kind"] == want_s, row["run"]
+        assert (md[col_s] == "n/a") == (want_s == ""), row["run"]
+        assert md[col_s].endswith(" est.") == (want_s == "estimate"), row["run"]
+        assert ("biased" in row["sampled_skipped"] or "dithered" in row["sampled_skipped"]) == (
+            want_s == ""
+        ), row["run"]
+        if want_s:
+            # term 3 from C4.8 is a total of the same terms 1 and 2
+            total = float(row["term1"]) + float(row["term2"]) + float(row["term3_sampled"])
+            assert math.isclose(float(row["total_sampled"]), total, rel_tol=1e-9), row["run"]
+            seen.add((want_s, compressed))
+    assert seen >= {("bound", True), ("estimate", True), ("bound", False)}

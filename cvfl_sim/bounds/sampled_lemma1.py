@@ -86,6 +86,7 @@ __all__ = [
     "nonnegative_mean_bound",
     "per_sample_ranges",
     "poincare_constants",
+    "poincare_factor",
     "sampled_lemma1_bound",
     "server_term_range",
     "softmax_box",
@@ -381,6 +382,7 @@ def sampled_lemma1_bound(
     Jflat = [Jm.reshape(B * Jm.shape[1], -1) for Jm in pb.J]
 
     # ---- the draws ----
+    exact = [error_kind(c) == "none" for c in comps]
     sums = [_Sums() for _ in range(M + 1)]
     gens = [np.random.default_rng([seed, j]) for j in range(M + 2)]
     bar = progress_bar(k, progress, "Lemma-1 dither draws", unit="draw")
@@ -391,8 +393,10 @@ def sampled_lemma1_bound(
             # R draws in one call: R copies of the rows (every range statistic the
             # compressors use -- a row's or the tensor's min, max or norm -- is the same on
             # the copies, and each copy gets its own dither; checked below against the support)
-            Eps = np.empty((R, B, P))
+            Eps = np.zeros((R, B, P))
             for j, (c, h) in enumerate(zip(comps, Ht)):
+                if exact[j]:  # Identity: no error (float32 rounding ignored, as in hw)
+                    continue
                 got = c.roundtrip(h.repeat(R, 1), rng=gens[j]).to(f64).cpu().numpy()
                 Eps[:, :, off[j] : off[j + 1]] = got.reshape(R, B, -1) - H[j][None]
             E0 = np.zeros((R, nW + K))
@@ -656,6 +660,20 @@ def _sup_p_one_minus_p(upper: np.ndarray, lower: np.ndarray) -> np.ndarray:
     )
 
 
+def poincare_factor(half_width: float) -> float:
+    r"""Poincaré constant :math:`4w^2/\pi^2` of a uniform law on a convex set of diameter :math:`2w`.
+
+    :math:`\operatorname{Var} f(U) \le (4w^2/\pi^2)\,\mathbb E\|\nabla f(U)\|^2` for every
+    smooth ``f`` (Payne--Weinberger: the Neumann gap of a convex domain of diameter
+    :math:`\ell` is at least :math:`\pi^2/\ell^2`). Equality on an interval
+    :math:`[-w, w]` for :math:`f(u) = \sin(\pi u / 2w)`.
+    """
+    from cvfl_theory._validate import check_real
+
+    w = check_real(half_width, "half_width", 0.0, math.inf, high_open=True)
+    return 4.0 * w**2 / math.pi**2
+
+
 def _poincare_constants(pb: _Problem) -> list[float | None]:
     r"""Per block, :math:`c_P` with :math:`\operatorname{Var} T \le c_P\,\mathbb E T` (Poincaré).
 
@@ -695,7 +713,8 @@ def _poincare_constants(pb: _Problem) -> list[float | None]:
         )
         mu = 2.0 * Jop * wm_hat * s_i * wo
         lam2 = 2.0 * float(g.sum()) ** 2 + float((mu**2).sum())
-        out.append(8.0 / math.pi**2 * lam2)
+        # scaled units (half-width 1); ||grad T||^2 <= 2 Lambda^2 T for T = ||D||^2 / 2
+        out.append(poincare_factor(1.0) * 2.0 * lam2)
     return out
 
 
