@@ -188,7 +188,7 @@ class Lemma1Probe:
         Dither draws of the confidence bound of C4.8 (ours,
         :func:`cvfl_sim.bounds.sampled_lemma1.sampled_lemma1_bound`) at the probed local steps 0,
         for the report's sampled / left column; ``0`` (default) leaves it out, else at least 100.
-        It costs about 1 s per probed round at 4000 draws (B = 64; 80 000 draws, about 20 s,
+        It costs about 1 s per probed round at 4000 draws (B = 64; 80 000 draws, 10--20 s,
         bring it within ×10 of the truth at 2 bits with a compressed server model, see the
         docs' C4.8 page) and is skipped (``nan``)
         where it does not apply: biased compressors such as top-k, error feedback, a non-linear

@@ -358,6 +358,7 @@ def sampled_lemma1_bound(
     from cvfl_theory._validate import check_int_in_range, check_real
 
     from ..vfl.progress import progress_bar
+    from ..vfl.threads import blas_threads
 
     k = check_int_in_range(draws, "draws", 100, 10**8)
     delta = check_real(delta, "delta", 0.0, 1.0, low_open=True, high_open=True)
@@ -387,49 +388,50 @@ def sampled_lemma1_bound(
     gens = [np.random.default_rng([seed, j]) for j in range(M + 2)]
     bar = progress_bar(k, progress, "Lemma-1 dither draws", unit="draw")
     try:
-        done = 0
-        while done < k:
-            R = min(_CHUNK, k - done)
-            # R draws in one call: R copies of the rows (every range statistic the
-            # compressors use -- a row's or the tensor's min, max or norm -- is the same on
-            # the copies, and each copy gets its own dither; checked below against the support)
-            Eps = np.zeros((R, B, P))
-            for j, (c, h) in enumerate(zip(comps, Ht)):
-                if exact[j]:  # Identity: no error (float32 rounding ignored, as in hw)
-                    continue
-                got = c.roundtrip(h.repeat(R, 1), rng=gens[j]).to(f64).cpu().numpy()
-                Eps[:, :, off[j] : off[j + 1]] = got.reshape(R, B, -1) - H[j][None]
-            E0 = np.zeros((R, nW + K))
-            E0b = np.zeros((R, nW + K))
-            if hw0 > 0:
-                t0 = theta0.numpy()
-                for E_, g in ((E0, gens[M]), (E0b, gens[M + 1])):
-                    got = server_compressor.roundtrip(theta0.repeat(R, 1), rng=g)
-                    E_[:] = got.to(f64).numpy() - t0
-            _check_within(Eps, hw[None], "the parties' embeddings")
-            if hw0 > 0:
-                _check_within(np.concatenate([E0, E0b], 1), np.array(hw0), "the server model")
-            _server_block(sums[0], Hc, Eps, W, bias, Y, p0, B)
-            for m in range(M):
-                _party_block(
-                    sums[m + 1],
-                    m,
-                    Hc,
-                    Eps,
-                    E0,
-                    E0b,
-                    W,
-                    bias,
-                    Y,
-                    p0,
-                    off,
-                    pb.Kmats[m],
-                    Jflat[m],
-                    B,
-                    hw0 > 0,
-                )
-            done += R
-            bar.update(R)
+        with blas_threads(1):  # many small stacked matmuls: one BLAS thread is faster
+            done = 0
+            while done < k:
+                R = min(_CHUNK, k - done)
+                # R draws in one call: R copies of the rows (every range statistic the
+                # compressors use -- a row's or the tensor's min, max or norm -- is the same on
+                # the copies, and each copy gets its own dither; checked below against the support)
+                Eps = np.zeros((R, B, P))
+                for j, (c, h) in enumerate(zip(comps, Ht)):
+                    if exact[j]:  # Identity: no error (float32 rounding ignored, as in hw)
+                        continue
+                    got = c.roundtrip(h.repeat(R, 1), rng=gens[j]).to(f64).cpu().numpy()
+                    Eps[:, :, off[j] : off[j + 1]] = got.reshape(R, B, -1) - H[j][None]
+                E0 = np.zeros((R, nW + K))
+                E0b = np.zeros((R, nW + K))
+                if hw0 > 0:
+                    t0 = theta0.numpy()
+                    for E_, g in ((E0, gens[M]), (E0b, gens[M + 1])):
+                        got = server_compressor.roundtrip(theta0.repeat(R, 1), rng=g)
+                        E_[:] = got.to(f64).numpy() - t0
+                _check_within(Eps, hw[None], "the parties' embeddings")
+                if hw0 > 0:
+                    _check_within(np.concatenate([E0, E0b], 1), np.array(hw0), "the server model")
+                _server_block(sums[0], Hc, Eps, W, bias, Y, p0, B)
+                for m in range(M):
+                    _party_block(
+                        sums[m + 1],
+                        m,
+                        Hc,
+                        Eps,
+                        E0,
+                        E0b,
+                        W,
+                        bias,
+                        Y,
+                        p0,
+                        off,
+                        pb.Kmats[m],
+                        Jflat[m],
+                        B,
+                        hw0 > 0,
+                    )
+                done += R
+                bar.update(R)
     finally:
         bar.close()
 
@@ -794,7 +796,7 @@ def _server_block(
     ).sum(1)
     A = np.concatenate(
         [
-            (np.einsum("rbk,rbp->rkp", qh, Hh) - (q.T @ Hc)[None]).reshape(len(Eps), -1),
+            (qh.transpose(0, 2, 1) @ Hh - (q.T @ Hc)[None]).reshape(len(Eps), -1),
             (qh - q).sum(1),
         ],
         axis=1,
@@ -829,8 +831,9 @@ def _party_block(
     def v_at(E: np.ndarray, Zr: np.ndarray) -> np.ndarray:
         Wh = W[None] + E[:, : K * P].reshape(R, K, P)
         bh = bias[None] + E[:, K * P :]
-        ph = _softmax(np.einsum("rbp,rkp->rbk", Zr, Wh) + bh[:, None, :])
-        return np.einsum("rkq,rbk->rbq", Wh[:, :, sl], ph - Y)  # (R, B, P_m)
+        # stacked matmuls (BLAS per draw), not einsum: ~10x faster here
+        ph = _softmax(Zr @ Wh.transpose(0, 2, 1) + bh[:, None, :])
+        return (ph - Y) @ Wh[:, :, sl]  # (R, B, P_m)
 
     v = v_at(E0, Z)
     v0 = (p0 - Y) @ W[:, sl]  # (B, P_m)

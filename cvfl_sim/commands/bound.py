@@ -86,7 +86,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         help="also the confidence bound of C4.8 (ours) on Lemma 1's left side from DRAWS dither "
         "draws (>= 100, e.g. 4000) at every probed round start, as a column of the Lemma-1 "
         "table and a form of term 3; all its bounds of the run hold at once with probability "
-        ">= 0.95. About 1 s per probed round at 4000 draws (B = 64); 80000 draws (about 20 s) "
+        ">= 0.95. About 1 s per probed round at 4000 draws (B = 64); 80000 draws (10-20 s) "
         "bring it within x10 of the truth at 2 bits with a compressed server model "
         "(default 0: off)",
     )
