@@ -5,7 +5,8 @@ On a machine with a CUDA device (``--device cuda``, the default) this prints thr
 1. **Bytes.** For every compressor, dtype, shape and seed of a small grid, the message of a CUDA
    tensor (the torch path) and of the same values on the CPU (the compiled kernels) are compared
    byte for byte, and so are the reconstructions and the fused round trips. One line per
-   compressor: the cases compared and how many differ (the requirement: none).
+   compressor: the cases compared and how many differ (the requirement: none). The same for
+   the K1 supports drawn with torch on the device against numpy's on the host.
 2. **Time ÷ clone on the device.** ``decompress(compress(x))`` and ``roundtrip(x)`` of a
    (4096, 256) float32 tensor, each divided by ``torch.clone`` of ``x`` on the same device,
    synchronised, medians of interleaved repeats (reported, no target: the payload crosses to the
@@ -121,6 +122,40 @@ def check_bytes(device: str) -> int:
     return bad_total
 
 
+def check_supports(device: str) -> int:
+    """K1 supports drawn with torch on ``device`` against numpy's on the host; return differences.
+
+    Uniform rates (geometric gaps over the ziggurat's exponentials) and per-entry rates (one
+    uniform per entry), over seeds, rates and dimensions; one line each.
+    """
+    from cvfl_theory._torch_sampling import bernoulli_supports, bernoulli_supports_varying
+    from cvfl_theory.sampling import bernoulli_support, bernoulli_support_varying
+
+    rng = np.random.default_rng(1)
+    seeds = [int(s) for s in rng.integers(0, 2**63, 64)]
+    bad_total = 0
+    cases = bad = 0
+    for d in (1, 100, 4096, 100_000):
+        for p in (1e-4, 0.01, 0.3, 0.99):
+            got = bernoulli_supports(seeds, [p] * len(seeds), d, device)
+            for s, g in zip(seeds, got):
+                cases += 1
+                bad += not np.array_equal(g.cpu().numpy(), bernoulli_support(s, p, d))
+    print(f"  {'K1 supports, one rate per node':<78} {cases:3d} cases "
+          f"{'identical' if bad == 0 else f'{bad} DIFFER'}")  # fmt: skip
+    bad_total += bad
+    cases = bad = 0
+    for d in (1, 257, 2048):
+        probs = rng.uniform(0, 1, (len(seeds), d))
+        got = bernoulli_supports_varying(seeds, torch.from_numpy(probs).to(device))
+        for s, g, row in zip(seeds, got, probs):
+            cases += 1
+            bad += not np.array_equal(g.cpu().numpy(), bernoulli_support_varying(s, row))
+    print(f"  {'K1 supports, one rate per entry':<78} {cases:3d} cases "
+          f"{'identical' if bad == 0 else f'{bad} DIFFER'}")  # fmt: skip
+    return bad_total + bad
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -199,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"device: {torch.cuda.get_device_name(torch.device(args.device))}")
     print("1. bytes of the torch path on the device against the compiled kernels on the CPU")
     bad = check_bytes(args.device)
+    print("   K1 supports drawn with torch on the device against numpy's on the host")
+    bad += check_supports(args.device)
     print("2. time / torch.clone on the device, (4096, 256) float32")
     time_on_device(args.device)
     if not args.skip_run:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["seed_lanes", "srl", "stream_words", "words_to_halves"]
+__all__ = ["as_int64", "seed_lanes", "srl", "stream_words", "words_to_halves"]
 
 LANES = 16
 _GAMMA = 0x9E3779B97F4A7C15
@@ -46,7 +46,7 @@ def _mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def _signed(u: int) -> int:
+def as_int64(u: int) -> int:
     """The int64 with the bits of the uint64 ``u``."""
     return u - (1 << 64) if u >> 63 else u
 
@@ -57,7 +57,7 @@ def seed_lanes(seed: int) -> np.ndarray:
     Lane :math:`l`, word :math:`i`: :math:`\mathrm{mix64}(\text{seed} + (4l + i + 1)\gamma)`.
     """
     st = [
-        [_signed(_mix64(seed + (4 * lane + i + 1) * _GAMMA)) for i in range(4)]
+        [as_int64(_mix64(seed + (4 * lane + i + 1) * _GAMMA)) for i in range(4)]
         for lane in range(LANES)
     ]
     return np.array(st, dtype=np.int64)

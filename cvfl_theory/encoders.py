@@ -28,6 +28,7 @@ import numpy as np
 from . import _kernels
 from ._backend import to_numpy
 from ._rng import RNGLike, as_generator, draw_seeds
+from ._torch_sampling import bernoulli_supports, bernoulli_supports_varying
 from ._validate import (
     as_float_array,
     as_matrix,
@@ -42,6 +43,7 @@ from ._validate import (
     squared_deviations,
 )
 from .compressors._common import type_code
+from .compressors._torch_kernels import uses_torch_path
 from .encoded import Encoded, NodeMessage
 from .encoded import average as _average
 from .encoded import decode as _decode
@@ -131,6 +133,17 @@ class Encoder(ABC):
         keep it, and do not use its ``seed_seq`` or ``spawn`` (only the bit stream is the
         seed's).
         """
+
+    def _device_supports(
+        self, Xn: np.ndarray, seeds: list[int], device: str | None
+    ) -> list[np.ndarray] | None:
+        """Every node's support, drawn with torch on ``device``; ``None``: drawn on the host.
+
+        The torch path (a CUDA tensor, or ``CVFL_KERNEL_PATH=torch``) of the schemes whose
+        supports are Bernoulli draws (:mod:`cvfl_theory._torch_sampling`: the same indices as
+        :meth:`_support`). The others (K2's ``k``-subsets) draw on the host.
+        """
+        return None
 
     @abstractmethod
     def _values(self, x_sel: np.ndarray, idx: np.ndarray, i: int, x: np.ndarray, centre: float):
@@ -252,10 +265,12 @@ class Encoder(ABC):
     ) -> Encoded:
         seeds = [int(s) for s in draw_seeds(as_generator(rng), Xn.shape[0], self.seed_bits)]
         centres = self._centres(Xn, row_sums)
-        supports = [
-            self._support(gen, i, Xn[i], centres[i])
-            for i, gen in enumerate(node_generators(seeds))  # one generator, re-seeded per node
-        ]
+        supports = self._device_supports(Xn, seeds, kind.device) if uses_torch_path(kind) else None
+        if supports is None:
+            supports = [
+                self._support(gen, i, Xn[i], centres[i])
+                for i, gen in enumerate(node_generators(seeds))  # one generator, re-seeded
+            ]
         return self._encode_given(Xn, kind, supports, seeds, centres, check_rows, **extra)
 
     def _encode_given(
@@ -336,6 +351,13 @@ class Encoder(ABC):
         """
         Xn, _ = self._prepare(X)
         return _mse_from_marginals(Xn, *self._marginals(Xn))
+
+
+def _float64_on(p: np.ndarray, device: str | None) -> Any:
+    """``p`` as a float64 torch tensor on ``device`` (the host's when ``None``)."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(p, dtype=np.float64)).to(device or "cpu")
 
 
 def check_encoded(encoded: Any) -> Encoded:
@@ -454,6 +476,16 @@ class IndependentEncoder(Encoder):
         if isinstance(r, float):
             return bernoulli_support(gen, r, x.shape[0], validate=False)
         return bernoulli_support_varying(gen, r, validate=False)
+
+    def _device_supports(
+        self, Xn: np.ndarray, seeds: list[int], device: str | None
+    ) -> list[np.ndarray] | None:
+        rows = [self._row_p(i) for i in range(Xn.shape[0])]
+        if all(isinstance(r, float) for r in rows):
+            drawn = bernoulli_supports(seeds, rows, Xn.shape[1], device or "cpu")
+        else:
+            drawn = bernoulli_supports_varying(seeds, _float64_on(np.stack(rows), device))
+        return [idx.cpu().numpy() for idx in drawn]
 
     def _rows_checked_in_pass(self, Xn: np.ndarray) -> bool:
         return (
@@ -612,6 +644,14 @@ class BinaryQuantizationEncoder(Encoder):
 
     def _support(self, gen, i, x, centre):
         return bernoulli_support_varying(gen, self._probabilities(x), validate=False)  # in [0, 1]
+
+    def _device_supports(
+        self, Xn: np.ndarray, seeds: list[int], device: str | None
+    ) -> list[np.ndarray] | None:
+        p = np.stack([self._probabilities(row) for row in Xn])
+        return [
+            idx.cpu().numpy() for idx in bernoulli_supports_varying(seeds, _float64_on(p, device))
+        ]
 
     def _values(self, x_sel, idx, i, x, centre):
         return np.full(idx.shape, x.max(), dtype=x_sel.dtype)

@@ -1,0 +1,358 @@
+r"""The K1 supports of :mod:`cvfl_theory.sampling`, drawn with torch on any device, bit for bit.
+
+A node's support comes from ``numpy.random.SFC64(seed)``; a receiver regenerates it from the seed.
+So a sender drawing on a GPU and a receiver drawing on a CPU must read the same stream and make
+the same decisions. This module does what numpy does, in torch, for many nodes at once (one
+*lane* per node):
+
+- **SFC64.** A lane's state is four 64-bit words :math:`(a, b, c, k)` (int64 tensors: additions
+  wrap around like uint64, a logical right shift is an arithmetic one masked to its low bits).
+  One step outputs :math:`t = a + b + k` and moves to
+  :math:`(b \oplus (b \gg 11),\ c + (c \ll 3),\ \mathrm{rotl}(c, 24) + t,\ k + 1)`. The steps of a
+  lane are sequential (the addition makes the map non-linear); the lanes run in parallel. The
+  starting states come from the compiled ``_kernels.sfc64_state`` (numpy's seeding arithmetic),
+  four words per node, computed on the host.
+- **Uniforms** (``Generator.random``): :math:`(t \gg 11)\,2^{-53}`.
+- **Standard exponentials** (``Generator.standard_exponential``, numpy's ziggurat): from a word
+  :math:`t`, :math:`r = t \gg 3`, the layer :math:`i = r \bmod 256` and :math:`r \gg 8`, a
+  53-bit integer :math:`u`; :math:`x = u \cdot w_i`. If :math:`u < k_i` the value is :math:`x`
+  (about 98.9 % of words). Otherwise one more uniform :math:`v` is drawn: in the base layer
+  (:math:`i = 0`) the value is :math:`x_R - \log(1 - v)` (the tail beyond
+  :math:`x_R \approx 7.697`); above it the value is :math:`x` if
+  :math:`(f_{i-1} - f_i)\,v + f_i < e^{-x}`, else the draw starts again with a new word. Each lane
+  consumes words at its own pace, so every lane keeps its own place in this small state machine.
+- **Geometric gaps** (:func:`cvfl_theory.sampling.bernoulli_support`): gap
+  :math:`g = \lfloor \lambda^{-1} E + 1 \rfloor` (the product, then the sum, each rounded to
+  float64, then the floor), positions :math:`\text{last} + g_1 + \dots + g_j` below :math:`d`, in
+  chunks of the same size and with the same stopping rule as the compiled kernel.
+
+The ziggurat's tables (:math:`k_i`, :math:`w_i`, :math:`f_i`, :math:`x_R`) are not exposed by
+numpy; :func:`ziggurat_tables` reads them off numpy's own generator, by setting its state so that
+its next words are chosen ones (a threshold found by bisection, a value returned unchanged, and
+each :math:`f_i` the one float64 near :math:`e^{-2^{53} w_i}` that makes numpy's slow-path
+decisions; 114 of the 255 are not that exponential to the bit). The operations are numpy's, one
+rounding each, in the same order, with no fused multiply-add. The two transcendental values,
+:math:`e^{-x}` in the acceptance test and :math:`\log(1 - v)` in the tail, are taken from the
+host's C library (``math.exp``, ``math.log1p``, which numpy calls too) for the lanes that need
+them (about 1 word in 90): torch's own differ from it in the last bit for about 1 value in 150,
+which flips a decision at a threshold. So the words, the exponentials and the supports are
+numpy's (``tests/test_torch_sampling.py`` compares them over seeds and probabilities, on every
+slow path with crafted words, and at near-ties of the gaps, where a reordered formula fails).
+On a GPU each iteration of the draw loop synchronises with the host once or twice; the supports
+are small (``p d`` indices), so this path is about getting numpy's bits on any device, not speed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from . import _kernels
+from ._torch_stream import as_int64, srl
+
+__all__ = [
+    "SFC64Lanes",
+    "bernoulli_supports",
+    "bernoulli_supports_varying",
+    "geometric_positions",
+    "standard_exponentials",
+    "ziggurat_tables",
+]
+
+_TWO_M53 = 2.0**-53
+_TWO_53 = 2.0**53
+_TWO_52 = 2.0**52
+
+
+class SFC64Lanes:
+    """One SFC64 stream per lane, stepped together (a lane can be held still).
+
+    Parameters
+    ----------
+    states : sequence of 4-tuples of int
+        Each lane's state words ``(a, b, c, counter)`` as numpy's ``SFC64.state`` gives them,
+        uint64 values in ``[0, 2**64)``.
+    device : str or torch.device
+        Where the lanes live.
+    """
+
+    def __init__(self, states: Sequence[Sequence[int]], device: Any = "cpu") -> None:
+        import torch
+
+        words = [[as_int64(int(w)) for w in s] for s in states]
+        if any(len(s) != 4 for s in words):
+            raise ValueError("each SFC64 state has 4 words")
+        t = torch.tensor(words, dtype=torch.int64, device=device).reshape(-1, 4)
+        self.a, self.b, self.c, self.k = (t[:, j].clone() for j in range(4))
+
+    @classmethod
+    def from_seeds(cls, seeds: Sequence[int], device: Any = "cpu") -> SFC64Lanes:
+        """The lanes ``numpy.random.SFC64(seed)`` starts from, one per seed in ``[0, 2**64)``."""
+        return cls([_kernels.sfc64_state(int(s)) for s in seeds], device)
+
+    def __len__(self) -> int:
+        return int(self.a.shape[0])
+
+    def next(self, active: Any = None) -> Any:
+        """Every lane's next word (int64 with the uint64 bits); lanes not ``active`` stay put.
+
+        Their entry of the result is the word they *would* output, and is to be ignored.
+        """
+        import torch
+
+        a, b, c, k = self.a, self.b, self.c, self.k
+        out = a + b + k
+        na = b ^ srl(b, 11)
+        nb = c + (c << 3)
+        nc = ((c << 24) | srl(c, 40)) + out
+        nk = k + 1
+        if active is None:
+            self.a, self.b, self.c, self.k = na, nb, nc, nk
+        else:
+            self.a = torch.where(active, na, a)
+            self.b = torch.where(active, nb, b)
+            self.c = torch.where(active, nc, c)
+            self.k = torch.where(active, nk, k)
+        return out
+
+    def states(self) -> list[tuple[int, int, int, int]]:
+        """Each lane's state as uint64 words (numpy's ``SFC64.state["state"]["state"]``)."""
+        cols = [x.cpu().tolist() for x in (self.a, self.b, self.c, self.k)]
+        m = (1 << 64) - 1
+        return [(a & m, b & m, c & m, k & m) for a, b, c, k in zip(*cols)]
+
+
+@lru_cache(maxsize=1)
+def ziggurat_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    r"""The exponential ziggurat of numpy: ``(k, w, f, x_R)``, read off its generator.
+
+    ``k`` (int64, 256), ``w`` and ``f`` (float64, 256) and the tail start ``x_R``. With the
+    generator's state set to :math:`(t, 0, c, 0)` its next word is :math:`t` and the word after
+    it :math:`9c + 1`, any word. Then for layer :math:`i`:
+
+    - :math:`k_i` is the smallest 53-bit :math:`u` whose word takes the slow path, which reads a
+      second word (the state's counter says how many were read), found by bisection;
+    - :math:`w_i` is the value for :math:`u = 1` (:math:`1 \cdot w_i`, exact; in a layer
+      :math:`i \ge 1` whose slow path it takes, the uniform 0 accepts it);
+    - :math:`x_R` is the base layer's slow-path value with the uniform 0,
+      :math:`x_R - \log(1 - 0)`;
+    - :math:`f_0 = 1`, and :math:`f_i` is the float64 within 16 units in the last place of
+      :math:`e^{-2^{53} w_i}` (numpy's table is not that value to the bit: up to 3 ulp off in
+      the outer layers) that makes the slow path's decisions numpy's: for slow words
+      :math:`u` spread over the layer, the bisected uniform at which numpy starts to reject
+      must be where :math:`(f_{i-1} - f_i) v + f_i < e^{-x}` starts to fail.
+
+    About 0.2 s, once per process.
+    """
+    gen = np.random.Generator(np.random.SFC64(0))
+    bit_gen = gen.bit_generator
+    inv9 = pow(9, -1, 1 << 64)
+
+    def draw(u: int, layer: int, v_bits: int = 0) -> tuple[float, int]:
+        """The value and the words read, from the word of (u, layer) and a uniform v_bits/2**53."""
+        c = ((((v_bits << 11) | 1) - 1) * inv9) & ((1 << 64) - 1)
+        bit_gen.state = {
+            "bit_generator": "SFC64",
+            "state": {"state": [(u << 11) | (layer << 3), 0, c, 0]},
+            "has_uint32": 0,
+            "uinteger": 0,
+        }
+        value = float(gen.standard_exponential())
+        return value, int(bit_gen.state["state"]["state"][3])
+
+    def first_true(test: Any, lo: int, hi: int) -> int:
+        """The smallest n in (lo, hi] with test(n), for test monotone and test(hi) taken true."""
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if test(mid):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    k = np.empty(256, dtype=np.int64)
+    w = np.empty(256, dtype=np.float64)
+    for layer in range(256):
+        k[layer] = first_true(lambda u: draw(u, layer)[1] > 1, -1, 1 << 53)
+        w[layer] = draw(1, layer)[0]
+    x_tail = draw((1 << 53) - 1, 0)[0]
+    f = [1.0]
+    for layer in range(1, 256):
+        span = (1 << 53) - int(k[layer])
+        guess = math.exp(-(float(w[layer]) * _TWO_53))
+        candidates = [guess]
+        for _ in range(16):
+            candidates = [math.nextafter(candidates[0], 0.0), *candidates]
+            candidates.append(math.nextafter(candidates[-1], 1.0))
+        for parts in (4, 8, 16):
+            for j in range(1, parts):
+                u = int(k[layer]) + j * span // parts
+                x = u * float(w[layer])
+                e = math.exp(-x)
+                t = first_true(lambda v, u=u, x=x: draw(u, layer, v)[0] != x, -1, 1 << 53)
+                candidates = [
+                    c
+                    for c in candidates
+                    if (t == 0 or (f[-1] - c) * ((t - 1) * _TWO_M53) + c < e)
+                    and (t == 1 << 53 or not (f[-1] - c) * (t * _TWO_M53) + c < e)
+                ]
+            if len(candidates) <= 1:
+                break
+        if len(candidates) != 1:
+            raise RuntimeError(
+                f"numpy's exponential ziggurat, layer {layer}: {len(candidates)} table values "
+                "fit its decisions; this numpy draws exponentials some other way"
+            )
+        f.append(candidates[0])
+    return k, w, np.array(f), x_tail
+
+
+def standard_exponentials(lanes: SFC64Lanes, need: Any) -> Any:
+    """The next ``need[l]`` standard exponentials of each lane, as numpy's ziggurat draws them.
+
+    ``need`` is an int64 tensor, one count per lane. Returns a float64 ``(lanes, max(need))``
+    tensor whose row ``l`` starts with lane ``l``'s values (the rest is 0). A lane reads exactly
+    the words numpy would, so it is left where numpy's generator would be.
+    """
+    import torch
+
+    device = lanes.a.device
+    k_np, w_np, f_np, x_tail = ziggurat_tables()
+    kt, wt, ft = (torch.as_tensor(v, device=device) for v in (k_np, w_np, f_np))
+    n = len(lanes)
+    need = need.to(device=device, dtype=torch.int64)
+    width = int(need.max()) if n else 0
+    out = torch.zeros((n, width), dtype=torch.float64, device=device)
+    have = torch.zeros(n, dtype=torch.int64, device=device)
+    pending = torch.zeros(n, dtype=torch.bool, device=device)  # awaiting the slow uniform
+    p_layer = torch.zeros(n, dtype=torch.int64, device=device)
+    p_x = torch.zeros(n, dtype=torch.float64, device=device)
+    p_exp = torch.zeros(n, dtype=torch.float64, device=device)  # exp(-p_x)
+    rows = torch.arange(n, device=device)
+    while True:
+        active = have < need
+        if not bool(active.any()):
+            return out
+        t = lanes.next(active)
+        # a first word: the layer and the 53-bit u
+        r = srl(t, 3)
+        layer = r & 0xFF
+        u = srl(r, 8)
+        x = u.to(torch.float64) * wt[layer]  # u < 2**53: converted exactly
+        first = active & ~pending
+        fast = first & (u < kt[layer])
+        to_slow = first & ~fast
+        # a second word: the uniform of the slow path
+        second = active & pending
+        v = srl(t, 11).to(torch.float64) * _TWO_M53
+        below = p_layer.clamp(min=1)
+        accept = (ft[below - 1] - ft[below]) * v + ft[below] < p_exp
+        from_tail = second & (p_layer == 0)
+        accepted = second & (p_layer != 0) & accept
+        emit = fast | from_tail | accepted
+        value = torch.where(accepted, p_x, x)
+        if bool(from_tail.any()):  # rare (about 1 word in 2000): libm's log1p, as numpy's
+            at_tail = from_tail.nonzero().flatten()
+            value[at_tail] = torch.tensor(
+                [x_tail - math.log1p(-z) for z in v[at_tail].tolist()],
+                dtype=torch.float64,
+                device=device,
+            )
+        p_layer = torch.where(to_slow, layer, p_layer)
+        p_x = torch.where(to_slow, x, p_x)
+        if bool(to_slow.any()):  # about 1 word in 90: libm's exp, as numpy's (torch's may differ)
+            at_slow = to_slow.nonzero().flatten()
+            p_exp[at_slow] = torch.tensor(
+                [math.exp(-z) for z in x[at_slow].tolist()], dtype=torch.float64, device=device
+            )
+        pending = (pending & ~second) | to_slow
+        at = have.clamp(max=max(width - 1, 0))
+        out[rows[emit], at[emit]] = value[emit]
+        have = have + emit.to(torch.int64)
+
+
+def geometric_positions(e: Any, count: Any, scale: Any, d: int, last: Any) -> tuple[Any, Any]:
+    r"""Positions from exponentials, as the compiled ``geometric_positions`` makes them, per row.
+
+    Row ``l`` of the float64 ``e`` holds ``count[l]`` exponentials :math:`E_j`; the gaps are
+    :math:`g_j = \lfloor \text{scale}_l E_j + 1 \rfloor` (the product, then the sum, each rounded
+    to float64, then the floor; a sum :math:`\ge 2^{52}` or NaN reaches past :math:`d`) and the
+    positions :math:`\text{last}_l + g_1 + \dots + g_j`. Returns ``(pos, kept)``: the int64
+    positions (entries past ``count[l]`` lie at or past ``d``) and, per row, how many lie below
+    ``d``, which are its first ones.
+    """
+    import torch
+
+    t = scale.unsqueeze(1) * e
+    t = t + 1.0
+    past = d + 1  # any gap this long ends the support, from last >= -1
+    gaps = torch.where(t < _TWO_52, torch.floor(t), float(past)).to(torch.int64).clamp(max=past)
+    cols = torch.arange(e.shape[1], device=e.device)
+    gaps = torch.where(cols < count.unsqueeze(1), gaps, past)
+    pos = last.unsqueeze(1) + torch.cumsum(gaps, dim=1)
+    return pos, (pos < d).sum(dim=1)
+
+
+def bernoulli_supports(seeds: Sequence[int], p: Sequence[float], d: int, device: Any) -> list[Any]:
+    r"""Node ``l``'s :func:`~cvfl_theory.sampling.bernoulli_support` ``(seeds[l], p[l], d)``.
+
+    The same sorted int64 indices, drawn on ``device``. ``p[l]`` lies in ``(0, 1]`` and ``d`` in
+    ``[1, 2**53]`` (checked by the caller, as for ``validate=False``); ``d`` times the chunk
+    must stay below ``2**62`` (the positions are summed in int64 before the cut at ``d``).
+    """
+    import torch
+
+    n = len(seeds)
+    out: list[Any] = [None] * n
+    drawn = [j for j in range(n) if p[j] < 1.0]
+    for j in range(n):
+        if p[j] >= 1.0:  # numpy returns every index without touching the stream
+            out[j] = torch.arange(d, dtype=torch.int64, device=device)
+    if not drawn:
+        return out
+    chunks = [int(d * p[j] + 2.0 * math.sqrt(d * p[j]) + 16) for j in drawn]
+    if max(chunks) * (d + 1) >= 2**62:
+        raise ValueError(f"d = {d} is too large for the torch path at p = {max(p)}")
+    lanes = SFC64Lanes.from_seeds([seeds[j] for j in drawn], device)
+    chunk = torch.tensor(chunks, dtype=torch.int64, device=device)
+    scale = torch.tensor(
+        [-1.0 / math.log1p(-p[j]) for j in drawn], dtype=torch.float64, device=device
+    )
+    last = torch.full((len(drawn),), -1, dtype=torch.int64, device=device)
+    pieces: list[list[Any]] = [[] for _ in drawn]
+    todo = torch.ones(len(drawn), dtype=torch.bool, device=device)
+    while bool(todo.any()):
+        need = torch.where(todo, chunk, 0)
+        e = standard_exponentials(lanes, need)
+        pos, kept = geometric_positions(e, need, scale, d, last)
+        full = kept == chunk
+        end = pos[torch.arange(len(drawn), device=device), (chunk - 1).clamp(max=e.shape[1] - 1)]
+        for j in todo.nonzero().flatten().tolist():
+            pieces[j].append(pos[j, : int(kept[j])])
+        last = torch.where(todo & full, end, last)
+        todo = todo & full & (end < d - 1)
+    for j, node in enumerate(drawn):
+        out[node] = torch.cat(pieces[j]) if len(pieces[j]) > 1 else pieces[j][0]
+    return out
+
+
+def bernoulli_supports_varying(seeds: Sequence[int], p: Any) -> list[Any]:
+    r"""Node ``l``'s :func:`~cvfl_theory.sampling.bernoulli_support_varying` ``(seeds[l], p[l])``.
+
+    ``p`` is a float64 ``(n, d)`` tensor with entries in ``[0, 1]``, on the device the supports
+    are drawn on: index ``j`` of node ``l`` is selected when the lane's ``j``-th uniform
+    :math:`(t \gg 11)\,2^{-53}` is below ``p[l, j]``.
+    """
+    import torch
+
+    lanes = SFC64Lanes.from_seeds(seeds, p.device)
+    d = p.shape[1]
+    u = torch.empty(p.shape, dtype=torch.float64, device=p.device)
+    for j in range(d):
+        u[:, j] = srl(lanes.next(), 11).to(torch.float64) * _TWO_M53
+    chosen = u < p
+    return [torch.nonzero(row).flatten() for row in chosen]
