@@ -6,7 +6,7 @@ On a machine with a CUDA device (``--device cuda``, the default) this prints thr
    tensor (the torch path) and of the same values on the CPU (the compiled kernels) are compared
    byte for byte, and so are the reconstructions and the fused round trips. One line per
    compressor: the cases compared and how many differ (the requirement: none). The same for
-   the K1 supports drawn with torch on the device against numpy's on the host.
+   the K1 and K2 supports drawn with torch on the device against numpy's on the host.
 2. **Time ÷ clone on the device.** ``decompress(compress(x))`` and ``roundtrip(x)`` of a
    (4096, 256) float32 tensor, each divided by ``torch.clone`` of ``x`` on the same device,
    synchronised, medians of interleaved repeats (reported, no target: the payload crosses to the
@@ -123,13 +123,22 @@ def check_bytes(device: str) -> int:
 
 
 def check_supports(device: str) -> int:
-    """K1 supports drawn with torch on ``device`` against numpy's on the host; return differences.
+    """Supports drawn with torch on ``device`` against numpy's on the host; return differences.
 
-    Uniform rates (geometric gaps over the ziggurat's exponentials) and per-entry rates (one
-    uniform per entry), over seeds, rates and dimensions; one line each.
+    K1 with uniform rates (geometric gaps over the ziggurat's exponentials) and per-entry rates
+    (one uniform per entry), and K2's k-subsets (both of numpy's algorithms), over seeds, rates
+    and dimensions; one line each.
     """
-    from cvfl_theory._torch_sampling import bernoulli_supports, bernoulli_supports_varying
-    from cvfl_theory.sampling import bernoulli_support, bernoulli_support_varying
+    from cvfl_theory._torch_sampling import (
+        bernoulli_supports,
+        bernoulli_supports_varying,
+        k_subset_supports,
+    )
+    from cvfl_theory.sampling import (
+        bernoulli_support,
+        bernoulli_support_varying,
+        k_subset_support,
+    )
 
     rng = np.random.default_rng(1)
     seeds = [int(s) for s in rng.integers(0, 2**63, 64)]
@@ -152,6 +161,16 @@ def check_supports(device: str) -> int:
             cases += 1
             bad += not np.array_equal(g.cpu().numpy(), bernoulli_support_varying(s, row))
     print(f"  {'K1 supports, one rate per entry':<78} {cases:3d} cases "
+          f"{'identical' if bad == 0 else f'{bad} DIFFER'}")  # fmt: skip
+    bad_total += bad
+    cases = bad = 0
+    for d, ks in ((300, (1, 30, 299)), (20000, (1000, 1001))):  # Floyd's, then a tail shuffle
+        for k in ks:
+            got = k_subset_supports(seeds[:8], [k] * 8, d, device)
+            for s, g in zip(seeds[:8], got):
+                cases += 1
+                bad += not np.array_equal(g.cpu().numpy(), k_subset_support(s, k, d))
+    print(f"  {'K2 supports (k-subsets)':<78} {cases:3d} cases "
           f"{'identical' if bad == 0 else f'{bad} DIFFER'}")  # fmt: skip
     return bad_total + bad
 
@@ -234,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"device: {torch.cuda.get_device_name(torch.device(args.device))}")
     print("1. bytes of the torch path on the device against the compiled kernels on the CPU")
     bad = check_bytes(args.device)
-    print("   K1 supports drawn with torch on the device against numpy's on the host")
+    print("   supports drawn with torch on the device against numpy's on the host")
     bad += check_supports(args.device)
     print("2. time / torch.clone on the device, (4096, 256) float32")
     time_on_device(args.device)

@@ -1,4 +1,4 @@
-r"""The K1 supports of :mod:`cvfl_theory.sampling`, drawn with torch on any device, bit for bit.
+r"""The supports of :mod:`cvfl_theory.sampling`, drawn with torch on any device, bit for bit.
 
 A node's support comes from ``numpy.random.SFC64(seed)``; a receiver regenerates it from the seed.
 So a sender drawing on a GPU and a receiver drawing on a CPU must read the same stream and make
@@ -21,6 +21,9 @@ the same decisions. This module does what numpy does, in torch, for many nodes a
   :math:`x_R \approx 7.697`); above it the value is :math:`x` if
   :math:`(f_{i-1} - f_i)\,v + f_i < e^{-x}`, else the draw starts again with a new word. Each lane
   consumes words at its own pace, so every lane keeps its own place in this small state machine.
+- **Bounded integers** (K2's ``k``-subsets, numpy's ``choice`` without replacement): 32-bit
+  draws that split a word in two halves, as numpy's ``next_uint32`` does, and Lemire's
+  multiply-and-reject (:meth:`SFC64Lanes.bounded`).
 - **Geometric gaps** (:func:`cvfl_theory.sampling.bernoulli_support`): gap
   :math:`g = \lfloor \lambda^{-1} E + 1 \rfloor` (the product, then the sum, each rounded to
   float64, then the floor), positions :math:`\text{last} + g_1 + \dots + g_j` below :math:`d`, in
@@ -59,6 +62,7 @@ __all__ = [
     "bernoulli_supports",
     "bernoulli_supports_varying",
     "geometric_positions",
+    "k_subset_supports",
     "standard_exponentials",
     "ziggurat_tables",
 ]
@@ -88,6 +92,9 @@ class SFC64Lanes:
             raise ValueError("each SFC64 state has 4 words")
         t = torch.tensor(words, dtype=torch.int64, device=device).reshape(-1, 4)
         self.a, self.b, self.c, self.k = (t[:, j].clone() for j in range(4))
+        # numpy's 32-bit draws: the high half of a word is kept for the next one
+        self.has32 = torch.zeros(t.shape[0], dtype=torch.bool, device=device)
+        self.buf32 = torch.zeros(t.shape[0], dtype=torch.int64, device=device)
 
     @classmethod
     def from_seeds(cls, seeds: Sequence[int], device: Any = "cpu") -> SFC64Lanes:
@@ -118,6 +125,41 @@ class SFC64Lanes:
             self.c = torch.where(active, nc, c)
             self.k = torch.where(active, nk, k)
         return out
+
+    def next32(self, active: Any) -> Any:
+        """Every ``active`` lane's next 32-bit draw (numpy's ``next_uint32``), in ``[0, 2**32)``.
+
+        A lane holding the high half of its last word returns it; otherwise it reads a word,
+        returns its low half and keeps the high half.
+        """
+        import torch
+
+        kept = active & self.has32
+        fresh = active & ~self.has32
+        word = self.next(fresh)
+        out = torch.where(kept, self.buf32, word & 0xFFFFFFFF)
+        self.buf32 = torch.where(fresh, srl(word, 32), self.buf32)
+        self.has32 = (self.has32 & ~kept) | fresh
+        return out
+
+    def bounded(self, top: Any, active: Any) -> Any:
+        r"""Integers uniform on ``[0, top]`` (``1 <= top < 2**32 - 1``), numpy's way (Lemire).
+
+        numpy's ``random_bounded_uint64(0, top)`` for a 32-bit range: :math:`m = u (t + 1)`
+        for a 32-bit draw :math:`u`; while the low half of :math:`m` is below
+        :math:`(2^{32} - 1 - t) \bmod (t + 1)` it draws again; the value is the high half.
+        The product wraps in int64 with the bits of the uint64 product.
+        """
+        import torch
+
+        span = top + 1
+        threshold = (0xFFFFFFFF - top) % span
+        m = self.next32(active) * span
+        again = active & ((m & 0xFFFFFFFF) < threshold)
+        while bool(again.any()):
+            m = torch.where(again, self.next32(again) * span, m)
+            again = again & ((m & 0xFFFFFFFF) < threshold)
+        return srl(m, 32)
 
     def states(self) -> list[tuple[int, int, int, int]]:
         """Each lane's state as uint64 words (numpy's ``SFC64.state["state"]["state"]``)."""
@@ -337,6 +379,61 @@ def bernoulli_supports(seeds: Sequence[int], p: Sequence[float], d: int, device:
         todo = todo & full & (end < d - 1)
     for j, node in enumerate(drawn):
         out[node] = torch.cat(pieces[j]) if len(pieces[j]) > 1 else pieces[j][0]
+    return out
+
+
+def k_subset_supports(seeds: Sequence[int], k: Sequence[int], d: int, device: Any) -> list[Any]:
+    r"""Node ``l``'s :func:`~cvfl_theory.sampling.k_subset_support` ``(seeds[l], k[l], d)``.
+
+    numpy's ``choice(d, k, replace=False, shuffle=False)``, whose set is all a support uses:
+
+    - for ``d > 10000`` and ``k > d // 20``, a tail shuffle: for :math:`i = d-1` down to
+      :math:`\max(d - k, 1)`, swap entries :math:`i` and :math:`j`, :math:`j` uniform on
+      :math:`[0, i]`, of :math:`(0, \dots, d-1)`; the support is the last :math:`k` entries;
+    - otherwise Floyd's algorithm: for :math:`j = d - k, \dots, d - 1`, :math:`v` uniform on
+      :math:`[0, j]`; add :math:`v`, or :math:`j` if :math:`v` is in already.
+
+    The uniform integers are :meth:`SFC64Lanes.bounded`'s. ``1 <= k[l]`` and
+    ``1 <= d < 2**32 - 1`` (checked by the caller); ``k[l] >= d`` gives every index without
+    touching the stream, as numpy's caller does.
+    """
+    import torch
+
+    n = len(seeds)
+    out: list[Any] = [None] * n
+    for j in range(n):
+        if k[j] >= d:
+            out[j] = torch.arange(d, dtype=torch.int64, device=device)
+    shuffled = [j for j in range(n) if k[j] < d and d > 10000 and k[j] > d // 20]
+    floyd = [j for j in range(n) if k[j] < d and j not in set(shuffled)]
+    if floyd:
+        lanes = SFC64Lanes.from_seeds([seeds[j] for j in floyd], device)
+        start = torch.tensor([d - k[j] for j in floyd], dtype=torch.int64, device=device)
+        chosen = torch.zeros((len(floyd), d), dtype=torch.bool, device=device)
+        rows = torch.arange(len(floyd), device=device)
+        for step in range(int(start.min()), d):
+            active = start <= step
+            top = torch.full_like(start, step)
+            v = lanes.bounded(top, active)
+            pick = torch.where(chosen[rows, v], top, v)
+            chosen[rows[active], pick[active]] = True
+        for j, node in enumerate(floyd):
+            out[node] = torch.nonzero(chosen[j]).flatten()
+    if shuffled:
+        lanes = SFC64Lanes.from_seeds([seeds[j] for j in shuffled], device)
+        first = torch.tensor([max(d - k[j], 1) for j in shuffled], dtype=torch.int64, device=device)
+        data = torch.arange(d, dtype=torch.int64, device=device).repeat(len(shuffled), 1)
+        rows = torch.arange(len(shuffled), device=device)
+        for step in range(d - 1, int(first.min()) - 1, -1):
+            active = first <= step
+            top = torch.full_like(first, step)
+            v = lanes.bounded(top, active)
+            at = torch.where(active, v, top)  # a held lane swaps entry `step` with itself
+            here, there = data[:, step].clone(), data[rows, at]
+            data[rows, at] = here
+            data[:, step] = there
+        for j, node in enumerate(shuffled):
+            out[node] = torch.sort(data[j, d - k[node] :]).values
     return out
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from . import _kernels
 from ._backend import to_numpy
 from ._rng import RNGLike, as_generator, draw_seeds
-from ._torch_sampling import bernoulli_supports, bernoulli_supports_varying
+from ._torch_sampling import bernoulli_supports, bernoulli_supports_varying, k_subset_supports
 from ._validate import (
     as_float_array,
     as_matrix,
@@ -139,9 +139,9 @@ class Encoder(ABC):
     ) -> list[np.ndarray] | None:
         """Every node's support, drawn with torch on ``device``; ``None``: drawn on the host.
 
-        The torch path (a CUDA tensor, or ``CVFL_KERNEL_PATH=torch``) of the schemes whose
-        supports are Bernoulli draws (:mod:`cvfl_theory._torch_sampling`: the same indices as
-        :meth:`_support`). The others (K2's ``k``-subsets) draw on the host.
+        The torch path (a CUDA tensor, or ``CVFL_KERNEL_PATH=torch``) of every scheme
+        (:mod:`cvfl_theory._torch_sampling`: the same indices as :meth:`_support`); the base
+        class has none.
         """
         return None
 
@@ -589,6 +589,15 @@ class FixedSizeEncoder(Encoder):
 
     def _support(self, gen, i, x, centre):
         return k_subset_support(gen, self._node_k(i), x.shape[0], validate=False)  # k checked
+
+    def _device_supports(
+        self, Xn: np.ndarray, seeds: list[int], device: str | None
+    ) -> list[np.ndarray] | None:
+        n, d = Xn.shape
+        if d >= 2**32 - 1:  # numpy's 64-bit bounded integers: not on the torch path
+            return None
+        ks = [self._node_k(i) for i in range(n)]
+        return [idx.cpu().numpy() for idx in k_subset_supports(seeds, ks, d, device or "cpu")]
 
     def _values(self, x_sel, idx, i, x, centre):
         k = self._node_k(i)

@@ -1,4 +1,4 @@
-"""The torch path of K1 support sampling: numpy's words, exponentials and supports, bit for bit.
+"""The torch path of support sampling: numpy's words, exponentials and supports, bit for bit.
 
 ``cvfl_theory._torch_sampling`` draws the supports of ``cvfl_theory.sampling`` with torch (CUDA
 tensors, or any tensor with ``CVFL_KERNEL_PATH=torch``). Each check compares it with numpy's own
@@ -24,7 +24,12 @@ from cvfl_theory.encoders import (
     IndependentEncoder,
     RotatedBinaryEncoder,
 )
-from cvfl_theory.sampling import bernoulli_support, bernoulli_support_varying, node_generator
+from cvfl_theory.sampling import (
+    bernoulli_support,
+    bernoulli_support_varying,
+    k_subset_support,
+    node_generator,
+)
 
 M64 = (1 << 64) - 1
 INV9 = pow(9, -1, 1 << 64)
@@ -259,11 +264,52 @@ def test_the_encoders_torch_path_sends_the_same_messages(enc, dtype, monkeypatch
     assert torch.equal(enc.decode(host), enc.decode(device))
 
 
-def test_k_subsets_are_drawn_on_the_host_and_sent_alike(monkeypatch):
-    X = torch.from_numpy(np.random.default_rng(4).normal(size=(3, 10)))
-    enc = FixedSizeEncoder(4)
+@pytest.mark.parametrize("top", [1, 2, 1000, 2**31, 3 * 2**30, 2**32 - 3])
+def test_bounded_integers_are_numpys_with_their_rejections_and_half_words(top):
+    """Against ``Generator.integers(0, top, endpoint=True)``; near 2**31 half the draws reject."""
+    seeds = list(range(40))
+    lanes = ts.SFC64Lanes.from_seeds(seeds)
+    every = torch.ones(len(seeds), dtype=torch.bool)
+    got = torch.stack([lanes.bounded(torch.full((40,), top), every) for _ in range(30)], 1)
+    for j, s in enumerate(seeds):
+        gen = node_generator(s)
+        assert got[j].tolist() == [int(gen.integers(0, top, endpoint=True)) for _ in range(30)]
+        state = gen.bit_generator.state
+        assert lanes.states()[j] == tuple(int(v) for v in state["state"]["state"])
+        assert bool(lanes.has32[j]) == bool(state["has_uint32"])
+
+
+@pytest.mark.parametrize(
+    "d, ks",
+    [
+        (1, [1]),
+        (10, [1, 3, 9, 10]),
+        (300, [1, 5, 100, 299]),
+        # numpy's choice switches from Floyd's algorithm to a tail shuffle at k > d // 20 for
+        # d > 10000: both sides of the switch
+        (20000, [10, 1000, 1001, 19999]),
+        (10001, [500, 501, 9000]),
+    ],
+)
+def test_k_subsets_are_numpys_on_both_of_its_algorithms(d, ks):
+    seeds = [int(s) for s in np.random.default_rng(d).integers(0, 2**64, len(ks), dtype=np.uint64)]
+    got = ts.k_subset_supports(seeds, ks, d, "cpu")
+    for s, k, g in zip(seeds, ks, got):
+        want = k_subset_support(s, k, d)
+        assert g.dtype == torch.int64 and np.array_equal(g.numpy(), want), (s, k, d)
+
+
+def test_k_subsets_encoder_sends_the_same_messages_from_torch(monkeypatch):
+    calls = []
+    real = encoders_module.k_subset_supports
+    monkeypatch.setattr(
+        encoders_module, "k_subset_supports", lambda *a: calls.append(1) or real(*a)
+    )
+    X = torch.from_numpy(np.random.default_rng(4).normal(size=(3, 50)))
+    enc = FixedSizeEncoder(np.array([4, 50, 17]))
     host = enc.encode(X, rng=0)
     monkeypatch.setenv("CVFL_KERNEL_PATH", "torch")
     forced = enc.encode(X, rng=0)
+    assert calls == [1]
     for a, b in zip(host.nodes, forced.nodes):
-        assert a.support.size == 4 and np.array_equal(a.support, b.support)
+        assert np.array_equal(a.support, b.support) and np.array_equal(a.values, b.values)
