@@ -480,6 +480,8 @@ class IndependentEncoder(Encoder):
     def _device_supports(
         self, Xn: np.ndarray, seeds: list[int], device: str | None
     ) -> list[np.ndarray] | None:
+        if Xn.shape[1] >= 2**30:  # the gaps' int64 partial sums could overflow: the host's
+            return None
         rows = [self._row_p(i) for i in range(Xn.shape[0])]
         if all(isinstance(r, float) for r in rows):
             drawn = bernoulli_supports(seeds, rows, Xn.shape[1], device or "cpu")
