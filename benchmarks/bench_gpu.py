@@ -10,7 +10,8 @@ On a machine with a CUDA device (``--device cuda``, the default) this prints thr
 2. **Time ÷ clone on the device.** ``decompress(compress(x))`` and ``roundtrip(x)`` of a
    (4096, 256) float32 tensor, each divided by ``torch.clone`` of ``x`` on the same device,
    synchronised, medians of interleaved repeats (reported, no target: the payload crosses to the
-   host, as a message must).
+   host, as a message must). Beside it, the supports of 64 nodes drawn with torch on the device
+   ÷ numpy on the host (reported: that path is for the bits).
 3. **A C-VFL run** with ``CVFLConfig(device="cuda")`` beside the same run on the CPU: the loss
    and accuracy at every evaluation, and the bits on the wire (which must be equal). The models'
    arithmetic differs on a GPU (other kernels, other summation orders), so the histories drift
@@ -175,6 +176,32 @@ def check_supports(device: str) -> int:
     return bad_total + bad
 
 
+def time_supports(device: str) -> None:
+    """Supports of 64 nodes drawn with torch on ``device`` ÷ numpy on the host (reported)."""
+    from cvfl_theory._torch_sampling import bernoulli_supports, k_subset_supports
+    from cvfl_theory.sampling import bernoulli_support, k_subset_support
+
+    seeds = list(range(64))
+    cases = [
+        ("K1, d = 4096, p = 0.01", lambda: bernoulli_supports(seeds, [0.01] * 64, 4096, device),
+         lambda: [bernoulli_support(s, 0.01, 4096) for s in seeds]),
+        ("K1, d = 4096, p = 0.3", lambda: bernoulli_supports(seeds, [0.3] * 64, 4096, device),
+         lambda: [bernoulli_support(s, 0.3, 4096) for s in seeds]),
+        ("K2, d = 4096, k = 64", lambda: k_subset_supports(seeds, [64] * 64, 4096, device),
+         lambda: [k_subset_support(s, 64, 4096) for s in seeds]),
+    ]  # fmt: skip
+    for name, on_device, on_host in cases:
+        on_device()  # warm-up (the ziggurat's tables, torch's first calls)
+        t0 = time.perf_counter()
+        on_device()
+        _sync(device)
+        dev = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        on_host()
+        host = time.perf_counter() - t0
+        print(f"  {name:<28} {dev * 1e3:8.2f} ms  ÷ numpy {dev / host:6.1f}")
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -257,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     bad += check_supports(args.device)
     print("2. time / torch.clone on the device, (4096, 256) float32")
     time_on_device(args.device)
+    print("   supports of 64 nodes drawn with torch on the device ÷ numpy on the host (reported)")
+    time_supports(args.device)
     if not args.skip_run:
         print(f"3. C-VFL run, device={args.device!r} beside device='cpu'")
         cvfl_run(args.device)

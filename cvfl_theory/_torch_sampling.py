@@ -41,8 +41,11 @@ them (about 1 word in 90): torch's own differ from it in the last bit for about 
 which flips a decision at a threshold. So the words, the exponentials and the supports are
 numpy's (``tests/test_torch_sampling.py`` compares them over seeds and probabilities, on every
 slow path with crafted words, and at near-ties of the gaps, where a reordered formula fails).
-On a GPU each iteration of the draw loop synchronises with the host once or twice; the supports
-are small (``p d`` indices), so this path is about getting numpy's bits on any device, not speed.
+The exponentials are drawn in blocks of words (a sequential loop of SFC64 steps, then one pass
+that classifies every word of the block), so a GPU synchronises with the host a few times per
+block, not per word. The supports are small (``p d`` indices): this path is about getting
+numpy's bits on any device, not speed (on a CPU, 64 nodes at ``d = 4096``: 8 to 140 times
+numpy's time, ``benchmarks/bench_gpu.py --device cpu``).
 """
 
 from __future__ import annotations
@@ -161,6 +164,36 @@ class SFC64Lanes:
             again = again & ((m & 0xFFFFFFFF) < threshold)
         return srl(m, 32)
 
+    def block(self, steps: int) -> tuple[Any, Any]:
+        """The next ``steps`` words of every lane, ``(steps, lanes)``, and the states after each.
+
+        The states are ``(4, steps, lanes)``; the lanes themselves do not move until
+        :meth:`rewind` says how many of the words each one used.
+        """
+        import torch
+
+        n = len(self)
+        words = torch.empty((steps, n), dtype=torch.int64, device=self.a.device)
+        states = torch.empty((4, steps, n), dtype=torch.int64, device=self.a.device)
+        a, b, c, k = self.a, self.b, self.c, self.k
+        for i in range(steps):
+            out = a + b + k
+            a, b, c, k = b ^ srl(b, 11), c + (c << 3), ((c << 24) | srl(c, 40)) + out, k + 1
+            words[i] = out
+            states[0, i], states[1, i], states[2, i], states[3, i] = a, b, c, k
+        return words, states
+
+    def rewind(self, states: Any, used: Any) -> None:
+        """Put each lane after its first ``used[l]`` words of a :meth:`block` (0: unmoved)."""
+        import torch
+
+        last = (used - 1).clamp(min=0)[None]
+        moved = used > 0
+        self.a, self.b, self.c, self.k = (
+            torch.where(moved, states[j].gather(0, last)[0], word)
+            for j, word in enumerate((self.a, self.b, self.c, self.k))
+        )
+
     def states(self) -> list[tuple[int, int, int, int]]:
         """Each lane's state as uint64 words (numpy's ``SFC64.state["state"]["state"]``)."""
         cols = [x.cpu().tolist() for x in (self.a, self.b, self.c, self.k)]
@@ -259,6 +292,13 @@ def standard_exponentials(lanes: SFC64Lanes, need: Any) -> Any:
     ``need`` is an int64 tensor, one count per lane. Returns a float64 ``(lanes, max(need))``
     tensor whose row ``l`` starts with lane ``l``'s values (the rest is 0). A lane reads exactly
     the words numpy would, so it is left where numpy's generator would be.
+
+    The words come in blocks (:meth:`SFC64Lanes.block`, a little more than the largest count
+    still needed). In a block, each word's role follows from the one before: a first word
+    whose :math:`u` is not below :math:`k_i` makes the next word its slow path's uniform, and
+    that uniform makes the next a first word again. A lane's values are those of its words up
+    to the one that completes its count, and the lane is rewound to just after that word; a
+    lane that uses its whole block carries a pending slow path into the next.
     """
     import torch
 
@@ -270,51 +310,68 @@ def standard_exponentials(lanes: SFC64Lanes, need: Any) -> Any:
     width = int(need.max()) if n else 0
     out = torch.zeros((n, width), dtype=torch.float64, device=device)
     have = torch.zeros(n, dtype=torch.int64, device=device)
-    pending = torch.zeros(n, dtype=torch.bool, device=device)  # awaiting the slow uniform
+    # a slow path left open at a block's end: its layer, x and exp(-x)
+    pending = torch.zeros(n, dtype=torch.bool, device=device)
     p_layer = torch.zeros(n, dtype=torch.int64, device=device)
     p_x = torch.zeros(n, dtype=torch.float64, device=device)
-    p_exp = torch.zeros(n, dtype=torch.float64, device=device)  # exp(-p_x)
-    rows = torch.arange(n, device=device)
+    p_exp = torch.zeros(n, dtype=torch.float64, device=device)
     while True:
-        active = have < need
+        remaining = need - have
+        active = remaining > 0
         if not bool(active.any()):
             return out
-        t = lanes.next(active)
-        # a first word: the layer and the 53-bit u
-        r = srl(t, 3)
+        steps = min(max(int(int(remaining.max()) * 1.02) + 4, 8), 1024)
+        words, states = lanes.block(steps)
+        # every word read as a first word: the layer and the 53-bit u; and as a uniform v
+        r = srl(words, 3)
         layer = r & 0xFF
         u = srl(r, 8)
         x = u.to(torch.float64) * wt[layer]  # u < 2**53: converted exactly
-        first = active & ~pending
-        fast = first & (u < kt[layer])
-        to_slow = first & ~fast
-        # a second word: the uniform of the slow path
-        second = active & pending
-        v = srl(t, 11).to(torch.float64) * _TWO_M53
-        below = p_layer.clamp(min=1)
-        accept = (ft[below - 1] - ft[below]) * v + ft[below] < p_exp
-        from_tail = second & (p_layer == 0)
-        accepted = second & (p_layer != 0) & accept
-        emit = fast | from_tail | accepted
-        value = torch.where(accepted, p_x, x)
-        if bool(from_tail.any()):  # rare (about 1 word in 2000): libm's log1p, as numpy's
-            at_tail = from_tail.nonzero().flatten()
-            value[at_tail] = torch.tensor(
-                [x_tail - math.log1p(-z) for z in v[at_tail].tolist()],
-                dtype=torch.float64,
-                device=device,
-            )
-        p_layer = torch.where(to_slow, layer, p_layer)
-        p_x = torch.where(to_slow, x, p_x)
-        if bool(to_slow.any()):  # about 1 word in 90: libm's exp, as numpy's (torch's may differ)
-            at_slow = to_slow.nonzero().flatten()
-            p_exp[at_slow] = torch.tensor(
-                [math.exp(-z) for z in x[at_slow].tolist()], dtype=torch.float64, device=device
-            )
-        pending = (pending & ~second) | to_slow
-        at = have.clamp(max=max(width - 1, 0))
-        out[rows[emit], at[emit]] = value[emit]
-        have = have + emit.to(torch.int64)
+        fast = u < kt[layer]
+        v = srl(words, 11).to(torch.float64) * _TWO_M53
+        second = torch.empty_like(fast)  # the word is a slow path's uniform
+        prev = pending
+        for i in range(steps):
+            second[i] = prev
+            prev = ~prev & ~fast[i]
+        opens = ~second & ~fast  # a first word taking the slow path
+        e = torch.zeros_like(x)
+        if bool(opens.any()):  # about 1 word in 90: libm's exp, as numpy's (torch's may differ)
+            at = opens.nonzero(as_tuple=True)
+            e[at] = _host(math.exp, -x[at], device)
+        before_layer = torch.cat([p_layer[None], layer[:-1]])
+        before_x = torch.cat([p_x[None], x[:-1]])
+        before_exp = torch.cat([p_exp[None], e[:-1]])
+        tail = second & (before_layer == 0)
+        below = before_layer.clamp(min=1)
+        accept = (
+            second
+            & (before_layer != 0)
+            & ((ft[below - 1] - ft[below]) * v + ft[below] < before_exp)
+        )
+        value = torch.where(accept, before_x, x)
+        if bool(tail.any()):  # about 1 word in 2000: libm's log1p, as numpy's
+            at = tail.nonzero(as_tuple=True)
+            value[at] = x_tail - _host(math.log1p, -v[at], device)
+        emit = (~second & fast) | tail | accept
+        count = torch.cumsum(emit.to(torch.int64), dim=0)
+        reached = count >= remaining
+        used = torch.where(reached[-1], reached.to(torch.int8).argmax(dim=0) + 1, steps)
+        used = torch.where(active, used, 0)
+        keep = emit & (torch.arange(steps, device=device)[:, None] < used)
+        at_word, at_lane = keep.nonzero(as_tuple=True)
+        out[at_lane, have[at_lane] + count[at_word, at_lane] - 1] = value[at_word, at_lane]
+        have = have + keep.sum(dim=0)
+        lanes.rewind(states, used)
+        pending = (used == steps) & opens[-1]
+        p_layer, p_x, p_exp = layer[-1], x[-1], e[-1]
+
+
+def _host(fn: Any, values: Any, device: Any) -> Any:
+    """``fn`` (a function of a float) of each of ``values``, computed on the host, on ``device``."""
+    import torch
+
+    return torch.tensor([fn(z) for z in values.tolist()], dtype=torch.float64, device=device)
 
 
 def geometric_positions(e: Any, count: Any, scale: Any, d: int, last: Any) -> tuple[Any, Any]:
@@ -405,7 +462,7 @@ def k_subset_supports(seeds: Sequence[int], k: Sequence[int], d: int, device: An
         if k[j] >= d:
             out[j] = torch.arange(d, dtype=torch.int64, device=device)
     shuffled = [j for j in range(n) if k[j] < d and d > 10000 and k[j] > d // 20]
-    floyd = [j for j in range(n) if k[j] < d and j not in set(shuffled)]
+    floyd = [j for j in range(n) if k[j] < d and not (d > 10000 and k[j] > d // 20)]
     if floyd:
         lanes = SFC64Lanes.from_seeds([seeds[j] for j in floyd], device)
         start = torch.tensor([d - k[j] for j in floyd], dtype=torch.int64, device=device)

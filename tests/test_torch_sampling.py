@@ -121,6 +121,21 @@ def test_exponentials_and_the_words_they_read_are_numpys():
     assert tails >= 20 and extra_words >= 1000
 
 
+def test_exponentials_across_blocks_are_numpys():
+    """Counts above the block cap (1024 words): every lane crosses two block boundaries.
+
+    About 1.1 % of first words take the slow path, so of the 800 crossings about 9 fall
+    between a slow first word and its uniform, which the next block then has to finish.
+    """
+    seeds = list(range(7000, 7400))
+    lanes = ts.SFC64Lanes.from_seeds(seeds)
+    got = ts.standard_exponentials(lanes, torch.full((len(seeds),), 2500)).numpy()
+    for j, s in enumerate(seeds):
+        gen = node_generator(s)
+        assert np.array_equal(got[j], gen.standard_exponential(2500)), s
+        assert lanes.states()[j] == tuple(int(v) for v in gen.bit_generator.state["state"]["state"])
+
+
 @pytest.mark.parametrize("layer", [0, 1, 2, 17, 128, 200, 254, 255])
 def test_every_slow_path_of_the_ziggurat_is_numpys(layer):
     """Crafted first and second words: the tail, acceptance, rejection, and v at its threshold."""
