@@ -66,6 +66,7 @@ __all__ = [
     "bernoulli_supports_varying",
     "geometric_positions",
     "k_subset_supports",
+    "sfc64_step",
     "standard_exponentials",
     "ziggurat_tables",
 ]
@@ -73,6 +74,12 @@ __all__ = [
 _TWO_M53 = 2.0**-53
 _TWO_53 = 2.0**53
 _TWO_52 = 2.0**52
+
+
+def sfc64_step(a: Any, b: Any, c: Any, k: Any) -> tuple[Any, tuple[Any, Any, Any, Any]]:
+    r"""One SFC64 step of int64 lane states: the word :math:`a + b + k` and the next state."""
+    out = a + b + k
+    return out, (b ^ srl(b, 11), c + (c << 3), ((c << 24) | srl(c, 40)) + out, k + 1)
 
 
 class SFC64Lanes:
@@ -115,11 +122,7 @@ class SFC64Lanes:
         import torch
 
         a, b, c, k = self.a, self.b, self.c, self.k
-        out = a + b + k
-        na = b ^ srl(b, 11)
-        nb = c + (c << 3)
-        nc = ((c << 24) | srl(c, 40)) + out
-        nk = k + 1
+        out, (na, nb, nc, nk) = sfc64_step(a, b, c, k)
         if active is None:
             self.a, self.b, self.c, self.k = na, nb, nc, nk
         else:
@@ -177,8 +180,7 @@ class SFC64Lanes:
         states = torch.empty((4, steps, n), dtype=torch.int64, device=self.a.device)
         a, b, c, k = self.a, self.b, self.c, self.k
         for i in range(steps):
-            out = a + b + k
-            a, b, c, k = b ^ srl(b, 11), c + (c << 3), ((c << 24) | srl(c, 40)) + out, k + 1
+            out, (a, b, c, k) = sfc64_step(a, b, c, k)
             words[i] = out
             states[0, i], states[1, i], states[2, i], states[3, i] = a, b, c, k
         return words, states
