@@ -4,9 +4,10 @@
    local step (exact left side, chain-reading constants at both points, expected errors, and the
    tight term of C4.5 when ``tight=True``) ÷ the time of one plain round of the same run
    (breast cancer, 4 MLP parties, B = 64, Q = 1, 2-bit scalar quantizer). Minimum over
-   interleaved repeats, so background load affects both sides alike. Target <= 10 (missed:
-   12 of its 14 exact operator norms are symmetric 256 x 256 eigenvalue problems, about
-   1.2 ms each on the EPYC of the docs' Speed page: about 11 plain rounds).
+   interleaved repeats, so background load affects both sides alike. Target <= 10. The
+   14 operator norms (12 of 256 x 256 Gram matrices) are taken together by a batched Lanczos
+   iteration on operators that never form the matrices; the docs' Speed page says where the
+   rest of the time goes.
 2. **Trajectory certificate overhead**: the time :class:`cvfl_sim.bounds.certificate.TrajectoryProbe`
    spends at one local step (full-data loss and gradient, batch gradient, the segment's
    smoothness) ÷ the time of one plain local step of the same run (breast cancer, B = 64,

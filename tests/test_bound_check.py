@@ -180,7 +180,8 @@ def test_cli_bad_dataset_exit_code(capsys):
 
 
 def test_dense_jacobian_and_norms_match_autograd_functional():
-    from cvfl_sim.bounds._autodiff import jacobian, op_norm
+    from cvfl_sim.bounds._autodiff import jacobian
+    from cvfl_sim.bounds._spectral import op_norm
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(3, 4, dtype=torch.float64, generator=g, requires_grad=True)

@@ -13,6 +13,7 @@ above the 1e-12 tolerances (float64 rounding of sums of a few hundred terms).
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -22,18 +23,16 @@ from threadpoolctl import threadpool_info
 from torch import nn
 from torch.func import functional_call, jacrev, vmap
 
-from cvfl_sim.bounds import _autodiff
+from cvfl_sim.bounds import _autodiff, _jacobians, _spectral
 from cvfl_sim.bounds._autodiff import (
     embedding_hessian_blocks,
-    embedding_hessian_grams,
+    embedding_hessian_factors_at,
     embedding_jacobian,
-    embedding_jacobian_gram,
-    gram,
-    gram_op_norm,
-    per_sample_embedding_jacobian,
     plain_mlp,
 )
-from cvfl_sim.vfl.models import LinearHead, MLPEmbedding
+from cvfl_sim.bounds._jacobians import EmbeddingJacobian, embedding_jacobians, party_jacobians
+from cvfl_sim.bounds._spectral import GramFactors, gram, gram_op_norm, op_norms
+from cvfl_sim.vfl.models import GRUEmbedding, LinearHead, MLPEmbedding
 from cvfl_sim.vfl.threads import blas_threads
 
 F64 = torch.float64
@@ -77,35 +76,64 @@ def _close(a: torch.Tensor, b: torch.Tensor, rel: float = 1e-12) -> None:
     assert float((a - b).abs().max()) <= rel * max(scale, 1e-300)
 
 
+def _np_close(a, b, rel: float = 1e-12) -> None:
+    def t(v):
+        return v.detach().clone() if isinstance(v, torch.Tensor) else torch.tensor(np.array(v))
+
+    _close(t(a), t(b), rel)
+
+
 @pytest.mark.parametrize("bias", BIASES)
 @pytest.mark.parametrize("hidden", [16, 3, 0])
-def test_jacobian_gram_equals_autograd(hidden, bias, monkeypatch):
+def test_jacobian_operator_equals_autograd(hidden, bias, monkeypatch):
+    """Every product of the closed-form Jacobian operator against autograd's dense Jacobian."""
     party = _party(6, 3, hidden, bias, seed=hidden + sum(bias))
     first = party.net[0] if hidden else party.net
     if first.bias is not None:
         with torch.no_grad():
             first.bias[0] = 0.0  # x[0] = 0: u[0, 0] == 0 exactly (relu's derivative 0 there)
-    x = _inputs(5, 6, seed=1)
-    J = embedding_jacobian(party, x)
-    assert J.shape[0] <= J.shape[1]  # rows are the shorter side: the closed form's case
+    B, P = 5, 3
+    x = _inputs(B, 6, seed=1)
+    J = embedding_jacobian(party, x)  # (B P, N), autograd
     with monkeypatch.context() as mp:
-        _no_autograd(mp, "embedding_jacobian", "jacobian")
-        G = embedding_jacobian_gram(party, x)
-    _close(G, J @ J.T)
-    sv = np.linalg.svd(J.numpy(), compute_uv=False)
-    assert gram_op_norm(G) == pytest.approx(sv[0], rel=1e-12)
+        mp.setattr(_jacobians, "jacobian", lambda *a, **k: pytest.fail("autograd was used"))
+        op = EmbeddingJacobian.of(party, x)
+    assert type(op).__name__ != "_DenseJacobian"
+    Jn = J.numpy()
+    N = Jn.shape[1]
+    assert (op.B, op.P, op.N) == (B, P, N)
+    _np_close(op.dense().reshape(B * P, N), Jn)
+    rng = np.random.default_rng(2)
+    V = rng.normal(size=(3, B, P))
+    U = rng.normal(size=(3, N))
+    _np_close(op.rmatmat(V), V.reshape(3, -1) @ Jn)
+    _np_close(op.matmat(U), (U @ Jn.T).reshape(3, B, P))
+    blocks = Jn.reshape(B, P, N)
+    _np_close(op.sample_grams(), blocks @ blocks.transpose(0, 2, 1))
+    G = Jn @ Jn.T
+    _np_close(op.gram_diagonal(), np.diag(G))
+    _np_close(op.gram_dense(), G)
+    v = rng.normal(size=(2, B * P))
+    _np_close(type(op).stacked_matvec([op, op])(v), v @ G)
+    sv = np.linalg.svd(Jn, compute_uv=False)
+    assert op_norms([op])[0] == pytest.approx(sv[0], rel=1e-12)
 
 
-def test_jacobian_gram_other_side_and_other_modules():
-    # more rows than parameters: the parameter-side Gram (smaller), still the same norms
-    party = _party(2, 3, 0, True, seed=3)
-    x = _inputs(40, 2, seed=2)
-    J = embedding_jacobian(party, x)
-    G = embedding_jacobian_gram(party, x)
-    assert G.shape == (J.shape[1], J.shape[1])
-    _close(G, J.T @ J)
+def test_stacked_jacobians_of_different_widths():
+    """Parties with different input widths share one batch (zero-padded inputs)."""
+    parties = [_party(4, 3, 7, True, seed=30), _party(6, 3, 7, (True, False), seed=31)]
+    xs = [_inputs(5, 4, seed=32), _inputs(5, 6, seed=33)]
+    ops = embedding_jacobians(parties, xs)
+    assert ops[0].stack_key() == ops[1].stack_key()
+    v = np.random.default_rng(3).normal(size=(2, 15))
+    got = type(ops[0]).stacked_matvec(ops)(v)
+    for k, (party, x) in enumerate(zip(parties, xs)):
+        J = embedding_jacobian(party, x).numpy()
+        _np_close(got[k], J @ (J.T @ v[k]))
 
-    # a module the closed form does not know (tanh), or a hooked MLP: autograd's Gram
+
+def test_jacobians_of_other_modules_are_autograds():
+    """A module the closed forms do not know: autograd's Jacobian of the batch, per sample."""
     odd = _party(6, 3, 8, True, seed=4)
     odd.net[1] = nn.Tanh()
     hooked = _party(6, 3, 8, True, seed=4)
@@ -113,11 +141,30 @@ def test_jacobian_gram_other_side_and_other_modules():
     own = _party(6, 3, 8, True, seed=4)  # its own forward (an instance attribute): not plain
     plain_forward = own.net[0].forward
     own.net[0].forward = lambda z: plain_forward(2.0 * z)
+    torch.manual_seed(6)
+    gru = GRUEmbedding((2, 3), 3).to(F64)  # torch.func.vmap fails on nn.GRU's shape check
     x = _inputs(5, 6, seed=5)
     assert plain_mlp(odd) is None and plain_mlp(hooked) is None and plain_mlp(own) is None
-    for net in (odd, hooked, own):
-        J = embedding_jacobian(net, x)
-        _close(embedding_jacobian_gram(net, x), J @ J.T)
+    for net in (odd, hooked, own, gru):
+        op = EmbeddingJacobian.of(net, x)
+        assert type(op).__name__ == "_DenseJacobian"
+        params = list(net.parameters())
+        for i in (0, 3):  # row (i, a) is sample i's own Jacobian, from its forward alone
+            h = net(x[i : i + 1])[0]
+            ref = torch.stack(
+                [
+                    torch.cat(
+                        [
+                            g.reshape(-1)
+                            for g in torch.autograd.grad(h[a], params, retain_graph=True)
+                        ]
+                    )
+                    for a in range(3)
+                ]
+            )
+            _np_close(op.dense()[i], ref.numpy(), rel=1e-10)
+        (dense,) = party_jacobians([net], [x])
+        _np_close(dense.numpy(), op.dense(), rel=0.0)
 
 
 class _Head(LinearHead):
@@ -126,33 +173,33 @@ class _Head(LinearHead):
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("sizes", [[2, 3], [4, 4, 4, 4], [1], [5]])
-def test_hessian_grams_equal_autograd_blocks(bias, sizes, monkeypatch):
+def test_hessian_factors_equal_autograd_blocks(bias, sizes, monkeypatch):
     gen = torch.Generator().manual_seed(len(sizes) + 2 * bias)
     P, C, B = sum(sizes), 3, 9
     head, ref = LinearHead(P, C).to(F64), _Head(P, C).to(F64)
     if not bias:
         head.net.bias = ref.net.bias = None
-    theta0 = torch.randn(sum(q.numel() for q in head.parameters()), dtype=F64, generator=gen)
-    Z = 4.0 * torch.randn(B, P, dtype=F64, generator=gen)
-    Z[1] *= 30.0  # a sample near a softmax vertex
+    n0 = sum(q.numel() for q in head.parameters())
+    thetas = [torch.randn(n0, dtype=F64, generator=gen) for _ in range(2)]
+    Zs = [4.0 * torch.randn(B, P, dtype=F64, generator=gen) for _ in range(2)]
+    Zs[0][1] *= 30.0  # a sample near a softmax vertex
     y = torch.randint(0, C, (B,), generator=gen)
-    dense = embedding_hessian_blocks(ref, theta0, Z, y, sizes)  # autograd
+    # every block at two different points, in one call (batched per block)
+    points = [(t, Z, m) for m in range(len(sizes) + 1) for t, Z in zip(thetas, Zs)]
     with monkeypatch.context() as mp:
         _no_autograd(mp, "embedding_hessian_blocks", "jacobian")
-        grams = embedding_hessian_grams(head, theta0, Z, y, sizes)
-        last = embedding_hessian_grams(head, theta0, Z, y, sizes, [len(sizes)])
-    assert len(grams) == len(sizes) + 1
-    for A, G in zip(dense, grams):
-        _close(G, gram(A))
-        assert gram_op_norm(G) == pytest.approx(
+        factors = embedding_hessian_factors_at(head, points, y, sizes)
+    assert len(factors) == len(points)
+    for (t, Z, m), f in zip(points, factors):
+        (A,) = embedding_hessian_blocks(ref, t, Z, y, sizes, [m])  # autograd
+        _close(f.gram_dense(), gram(A))
+        assert op_norms([f])[0] == pytest.approx(
             float(np.linalg.norm(A.numpy(), 2)), rel=1e-10, abs=1e-300
         )
-    assert len(last) == 1
-    _close(last[0], grams[-1], rel=0.0)
 
 
-def test_hessian_grams_of_other_heads_are_the_dense_blocks_grams():
-    """An MLP head: the Gram of each autograd block (no closed form for it)."""
+def test_hessian_factors_of_other_heads_are_the_dense_blocks():
+    """An MLP head: the factors of each autograd block (no closed form for it)."""
     gen = torch.Generator().manual_seed(7)
     sizes, C, B = [2, 3], 3, 6
     mlp = nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, C)).to(F64)
@@ -160,8 +207,9 @@ def test_hessian_grams_of_other_heads_are_the_dense_blocks_grams():
     Z = torch.randn(B, 5, dtype=F64, generator=gen)
     y = torch.randint(0, C, (B,), generator=gen)
     blocks = embedding_hessian_blocks(mlp, t, Z, y, sizes)
-    for A, G in zip(blocks, embedding_hessian_grams(mlp, t, Z, y, sizes)):
-        _close(G, gram(A))
+    factors = embedding_hessian_factors_at(mlp, [(t, Z, m) for m in range(3)], y, sizes)
+    for A, f in zip(blocks, factors):
+        _close(f.gram_dense(), gram(A))
 
 
 def test_gram_op_norm_edges():
@@ -175,6 +223,67 @@ def test_gram_op_norm_edges():
     assert gram_op_norm(4.0 * torch.eye(5, dtype=F64)) == pytest.approx(2.0, rel=1e-15)
     v = torch.arange(1.0, 5.0, dtype=F64)
     assert gram_op_norm(torch.outer(v, v)) == pytest.approx(float(v.norm()), rel=1e-14)
+
+
+def _spectrum_factor(n: int, top: np.ndarray, rest: float, seed: int) -> np.ndarray:
+    """``R`` with ``R R^T`` of the given top eigenvalues, the others in [0, rest], random basis."""
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.normal(size=(n, n)))
+    ev = np.concatenate([top, rng.uniform(0.0, rest, n - len(top))])
+    return Q * np.sqrt(ev)
+
+
+SPECTRA = {
+    "separated": (np.array([10.0]), 1.0),
+    "tied top": (np.array([5.0, 5.0, 5.0]), 4.0),
+    "gap 3e-8": (np.array([3.0 + 3e-8, 3.0]), 2.9),
+    "flat": (np.array([1.0]), 1.0),
+    "rank one": (np.array([7.0]), 0.0),
+}
+
+
+@pytest.mark.parametrize("n", [65, 100, 256])
+@pytest.mark.parametrize("spectrum", list(SPECTRA))
+def test_op_norms_lanczos_equals_the_known_top(n, spectrum):
+    """The batched Lanczos path (n > 64) against a known top eigenvalue, near ties included.
+
+    A Ritz value from a subspace that misses the top eigenvector, a residual read on the wrong
+    Ritz pair or a stop before convergence is off by up to the spectral gap or the residual:
+    far above the tolerance except for the 3e-8 gap, where the value is right either way.
+    """
+    top, rest = SPECTRA[spectrum]
+    R = [_spectrum_factor(n, top * (k + 1), rest * (k + 1), seed=k + n) for k in range(3)]
+    got = op_norms([GramFactors(torch.from_numpy(r)) for r in R])
+    for k, (r, norm) in enumerate(zip(R, got)):
+        assert norm == pytest.approx(math.sqrt(top.max() * (k + 1)), rel=1e-12)
+        assert norm == pytest.approx(gram_op_norm(torch.from_numpy(r @ r.T)), rel=1e-12)
+
+
+def test_op_norms_blocks_mixed_batches_and_the_fallback(monkeypatch):
+    """Factors with diagonal blocks, of several widths and sizes, in one call; then LAPACK."""
+    rng = np.random.default_rng(11)
+    ops = []
+    for n, k, s in [(160, 30, 4), (160, 12, 4), (160, 30, 0), (96, 20, 3), (40, 7, 4)]:
+        R = torch.from_numpy(rng.normal(size=(n, k)))
+        D = None
+        if s:
+            E = rng.normal(size=(n // s, s, s))
+            D = torch.from_numpy(E @ E.transpose(0, 2, 1))
+        ops.append(GramFactors(R, D))
+    exact = [gram_op_norm(op.gram_dense()) for op in ops]
+    np.testing.assert_allclose(op_norms(ops), exact, rtol=1e-12)
+    for op in ops:  # the dense form against one built here
+        G = (op.R @ op.R.T).numpy()
+        if op.blocks is not None:
+            s = op.blocks.shape[1]
+            for b in range(op.blocks.shape[0]):
+                G[b * s : (b + 1) * s, b * s : (b + 1) * s] += op.blocks[b].numpy()
+        _np_close(op.gram_dense(), G)
+    monkeypatch.setattr(_spectral, "LANCZOS_MAX_STEPS", 3)  # no convergence: LAPACK instead
+    np.testing.assert_allclose(op_norms(ops), exact, rtol=1e-12)
+    bad = GramFactors(torch.full((70, 3), float("nan"), dtype=F64))
+    assert np.isnan(op_norms([ops[2], bad])[1]) and op_norms([ops[2], bad])[0] > 0
+    assert op_norms([GramFactors(torch.zeros(0, 3, dtype=F64))]) == [0.0]
 
 
 @pytest.mark.parametrize("hidden", [7, 0])
@@ -192,14 +301,10 @@ def test_per_sample_jacobian_equals_jacrev(hidden, bias):
 
     ref = vmap(jacrev(h), in_dims=(None, 0))(params, x)
     dense = torch.cat([ref[k].reshape(6, 3, -1) for k in params], dim=2)
-    fast = per_sample_embedding_jacobian(party, x)
-    assert fast is not None
-    _close(fast, dense, rel=0.0)  # the same products: bit-identical entries
-    plain_layer = nn.Linear(4, 3).to(F64)
-    assert per_sample_embedding_jacobian(plain_layer, x) is not None
-    odd = _party(4, 3, 7, True, seed=12)
-    odd.net[1] = nn.Tanh()
-    assert per_sample_embedding_jacobian(odd, x) is None
+    op = EmbeddingJacobian.of(party, x)
+    assert type(op).__name__ != "_DenseJacobian"
+    # the same products; only u = Vx + b is summed by another library (numpy): round-off
+    _np_close(op.dense(), dense.numpy(), rel=1e-14)
 
 
 def test_tight_term_closed_form_equals_torch_func(monkeypatch):

@@ -365,7 +365,7 @@ def report_min_over_probes(mp: pytest.MonkeyPatch) -> None:
 
 def probe_smaller_point(mp: pytest.MonkeyPatch) -> None:
     """C4.1: a probe's H_m the smaller of its two points (exact and compressed), not the larger."""
-    mp.setattr(lemma1, "max", min, raising=False)  # the module's only max(): H over the two points
+    mp.setattr(lemma1, "larger_of_two_points", lambda v: np.minimum(v[0::2], v[1::2]))
 
 
 def with_lemma1_minimum(mp: pytest.MonkeyPatch) -> None:

@@ -131,8 +131,8 @@ def test_server_error_adds_coherently():
 
 
 def _incoherent_server_part(J, A_m0, s0):
-    B = J.shape[0]
-    return s0 * float(np.sum(np.einsum("bpn,bkp->bnk", J, A_m0) ** 2)) / B**2
+    B = J.B
+    return s0 * float(np.sum(np.einsum("bpn,bkp->bnk", J.dense(), A_m0) ** 2)) / B**2
 
 
 def _party_part_without_b2(K, A, s2):

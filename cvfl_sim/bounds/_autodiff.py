@@ -6,25 +6,57 @@ vector) and the concatenated embeddings :math:`Z = [h_1, \dots, h_M]` of a batch
 **mean**). Every Hessian and Jacobian below is computed exactly: as a dense matrix with
 :mod:`torch.autograd` (one batched vector-Jacobian product per row), or in closed form for the
 toolkit's plain models (a linear softmax head, MLP parties; :func:`plain_linear`,
-:func:`plain_mlp`), checked against autograd in the tests. Norms are exact too: the spectral
-norm from the largest eigenvalue of the Gram matrix of the shorter side (:func:`gram`,
-:func:`gram_op_norm`), the Frobenius norm from the entries. The blocks are small (a batch's
-embeddings), so a dense matrix costs less than a power iteration; the probes build the Gram
-matrices directly where the closed forms allow, without the dense blocks.
+:func:`plain_mlp`), checked against autograd in the tests. The probes keep the Hessian cross
+blocks of a linear head as Gram factors (:func:`embedding_hessian_factors_at`) and the parties'
+Jacobians as operators (:mod:`cvfl_sim.bounds._jacobians`), without the dense blocks; their
+spectral norms come from :mod:`cvfl_sim.bounds._spectral`.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
-import math
 from collections.abc import Sequence
 from typing import Any, cast
 
-import numpy as np
 import torch
 from torch import nn
 
+from ._spectral import GramFactors
+
 __all__: list[str] = []
+
+
+class Float64Mirror:
+    r"""Float64 copies of a run's models: deep copies at the first call, refreshed in place after.
+
+    A probe evaluates every probed step on float64 copies of the current models (its
+    differences of close gradients need the precision). Deep-copying the modules at every
+    probed step cost more than the copy itself; here the structure is copied once and the
+    parameters and buffers are copied into it at each call, for as long as the same module
+    objects are passed (other objects, or a different number, are deep-copied again).
+    """
+
+    def __init__(self) -> None:
+        self._sources: list[nn.Module] = []
+        self._copies: list[nn.Module] = []
+
+    def __call__(self, models: Sequence[nn.Module]) -> list[nn.Module]:
+        """The float64 copies of ``models``, with their current values."""
+        same = len(models) == len(self._sources) and all(
+            a is b for a, b in zip(models, self._sources)
+        )
+        if not same:
+            self._sources = list(models)
+            self._copies = [copy.deepcopy(m).to(torch.float64) for m in models]
+            return self._copies
+        with torch.no_grad():
+            for mirror, model in zip(self._copies, models):
+                for p, q in zip(mirror.parameters(), model.parameters()):
+                    p.copy_(q)
+                for a, b in zip(mirror.buffers(), model.buffers()):
+                    a.copy_(b)
+        return self._copies
 
 
 def check_all_trained(parties: Sequence[nn.Module], server: nn.Module, what: str) -> None:
@@ -121,49 +153,6 @@ def jacobian(out: torch.Tensor, wrt: Sequence[torch.Tensor]) -> torch.Tensor:
         )
 
 
-def gram(A: torch.Tensor) -> torch.Tensor:
-    r"""The Gram matrix of ``A``'s shorter side, in float64: :math:`AA^\top` or :math:`A^\top A`.
-
-    Both have the nonzero eigenvalues :math:`\sigma_i(A)^2`, so :func:`gram_op_norm` of either
-    is ``A``'s spectral norm.
-    """
-    a = A.detach().to(torch.float64)
-    return a @ a.T if a.shape[0] <= a.shape[1] else a.T @ a
-
-
-def gram_op_norm(G: torch.Tensor) -> float:
-    r""":math:`\sqrt{\lambda_{\max}(G)}` of a Gram matrix :math:`G = AA^\top`: ``A``'s 2-norm.
-
-    Only the largest eigenvalue is computed (LAPACK ``dsyevx``: tridiagonal reduction, then
-    bisection to :math:`\epsilon\|G\|` absolute accuracy, as a full ``eigvalsh``), about twice
-    as fast as all of them. 0 for an empty matrix; ``nan`` if ``G`` has a non-finite entry
-    (also where a finite ``A``'s Gram overflowed).
-    """
-    import scipy.linalg
-
-    n = int(G.shape[0])
-    if n == 0:
-        return 0.0
-    g = G.detach().to(torch.float64).cpu().numpy()
-    if not np.isfinite(g).all():
-        return math.nan
-    top = scipy.linalg.eigh(
-        g, eigvals_only=True, subset_by_index=[n - 1, n - 1], driver="evx", check_finite=False
-    )
-    return math.sqrt(max(float(top[0]), 0.0))
-
-
-def op_norm(A: torch.Tensor) -> float:
-    r"""Spectral norm (largest singular value) of a matrix; 0 for an empty one.
-
-    :func:`gram_op_norm` of :func:`gram` (float64): several times faster than an SVD of the wide
-    blocks used here.
-    """
-    if A.numel() == 0:
-        return 0.0
-    return gram_op_norm(gram(A))
-
-
 def flat_params(module: nn.Module) -> torch.Tensor:
     """The module's parameters as one detached flat vector (a copy)."""
     return torch.cat([q.detach().reshape(-1) for q in module.parameters()])
@@ -185,6 +174,50 @@ def server_loss(
         off += q.numel()
     logits = torch.func.functional_call(server, params, (Z,))
     return nn.functional.cross_entropy(logits, y)
+
+
+def loss_gradients_at(
+    server: nn.Module, points: Sequence[tuple[torch.Tensor, torch.Tensor]], y: torch.Tensor
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    r""":math:`(\nabla_{\theta_0} F_B, \nabla_Z F_B)` at each point ``(θ_0, Z)`` (:func:`server_loss`).
+
+    For a linear softmax head (:func:`plain_linear`), with :math:`g_i = \mathrm{softmax}(A z_i
+    + c) - e_{y_i}`: :math:`\nabla_A F_B = \frac1B \sum_i g_i z_i^\top`, :math:`\nabla_c F_B =
+    \frac1B \sum_i g_i` and :math:`\nabla_{z_i} F_B = A^\top g_i / B`, every point in one batch
+    (``θ_0 = [vec(A), c]``, row-major, as the module's parameters); other heads: autograd, point
+    by point. In the dtype of the points.
+    """
+    from ..vfl.models import LinearHead
+
+    layer = plain_linear(server, LinearHead)
+    if layer is None:
+        out = []
+        for theta0, Z in points:
+            t = theta0.detach().reshape(-1).requires_grad_(True)
+            z = Z.detach().requires_grad_(True)
+            with torch.enable_grad():
+                g_t, g_z = grad(server_loss(server, t, z, y), [t, z])
+            out.append((g_t, g_z))
+        return out
+    if not points:
+        return []
+    Z = torch.stack([z.detach() for _, z in points])
+    t = torch.stack([t.detach().reshape(-1).to(Z.dtype) for t, _ in points])
+    k, B, P = Z.shape
+    C = layer.out_features
+    A = t[:, : C * P].reshape(k, C, P)
+    logits = Z @ A.transpose(1, 2)
+    if layer.bias is not None:
+        logits = logits + t[:, None, C * P :]
+    g = torch.softmax(logits, dim=-1)
+    g[:, torch.arange(B, device=g.device), y] -= 1.0
+    g = g / B
+    parts = [(g.transpose(1, 2) @ Z).reshape(k, C * P)]
+    if layer.bias is not None:
+        parts.append(g.sum(dim=1))
+    g_theta = torch.cat(parts, dim=1)
+    g_Z = g @ A
+    return [(g_theta[i], g_Z[i]) for i in range(k)]
 
 
 def column_blocks(sizes: Sequence[int], B: int) -> list[torch.Tensor]:
@@ -323,7 +356,12 @@ def _observing(hook: Any) -> bool:
 
 
 def linear_head_second_derivatives(
-    layer: nn.Linear, theta0: torch.Tensor, Z: torch.Tensor, y: torch.Tensor, mean: bool = True
+    layer: nn.Linear,
+    theta0: torch.Tensor,
+    Z: torch.Tensor,
+    y: torch.Tensor,
+    mean: bool = True,
+    rows: slice | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""The two kinds of second derivative of a linear softmax head's batch-mean cross entropy.
 
@@ -341,28 +379,37 @@ def linear_head_second_derivatives(
     Returns ``theta_cols`` ``(B, P, n0)``, the θ_0 columns of row ``(i, a)``, and ``zz``
     ``(B, P, P)``, :math:`(A^\top S_i A)_{aq} / B` (the embedding columns of sample ``i``).
     ``mean=False`` leaves out the factor :math:`1/B`: the per-sample loss's derivatives.
+    Several points at once: ``theta0`` ``(k, n0)`` and ``Z`` ``(k, B, P)`` give ``(k, B, P,
+    n0)`` and ``(k, B, P, P)``. ``rows`` keeps the embedding entries ``a`` in that slice only
+    (one block's rows): ``(…, B, P_rows, n0)`` and ``(…, B, P_rows, P)``.
     """
-    B, P = Z.shape
+    *lead, B, P = Z.shape
     C = layer.out_features
     z = Z.detach()
-    t = theta0.detach().reshape(-1).to(z.dtype)
-    A = t[: C * P].reshape(C, P)
-    c = t[C * P :] if layer.bias is not None else torch.zeros(C, dtype=z.dtype, device=z.device)
-    p = torch.softmax(z @ A.T + c, dim=1)
-    g = p.clone()
-    g[torch.arange(B, device=z.device), y] -= 1.0
-    S = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]  # (B, C, C)
-    SA = S @ A  # (B, C, P): (S_i A)_{ca}
-    # d^2 F / d z_{ia} d A_{cq}, as (B, P(a), C, P(q)); the bias part (B, P(a), C)
-    eye = torch.eye(P, dtype=z.dtype, device=z.device)
-    dA = (SA.transpose(1, 2)[:, :, :, None] * z[:, None, None, :]) + (
-        g[:, None, :, None] * eye[None, :, None, :]
+    t = theta0.detach().reshape(*lead, -1).to(z.dtype)
+    A = t[..., : C * P].reshape(*lead, C, P)
+    c = (
+        t[..., C * P :]
+        if layer.bias is not None
+        else torch.zeros(*lead, C, dtype=z.dtype, device=z.device)
     )
-    parts = [dA.reshape(B, P, C * P)]
+    p = torch.softmax(z @ A.transpose(-1, -2) + c[..., None, :], dim=-1)
+    g = p.clone()
+    g[..., torch.arange(B, device=z.device), y] -= 1.0
+    S = torch.diag_embed(p) - p[..., :, None] * p[..., None, :]  # (..., B, C, C)
+    SA = S @ A[..., None, :, :]  # (..., B, C, P): (S_i A)_{ca}
+    a = slice(None) if rows is None else rows
+    SAa = SA[..., a]
+    # d^2 F / d z_{ia} d A_{cq}, as (..., B, P(a), C, P(q)); the bias part (..., B, P(a), C)
+    eye = torch.eye(P, dtype=z.dtype, device=z.device)[a]
+    dA = (SAa.transpose(-1, -2)[..., :, :, :, None] * z[..., :, None, None, :]) + (
+        g[..., :, None, :, None] * eye[:, None, :]
+    )
+    parts = [dA.reshape(*lead, B, eye.shape[0], C * P)]
     if layer.bias is not None:
-        parts.append(SA.transpose(1, 2))
-    theta_cols = torch.cat(parts, dim=2)  # (B, P, n0): rows (i, a)
-    zz = A.T @ SA  # (B, P, P): (A^T S_i A)_{aq}
+        parts.append(SAa.transpose(-1, -2))
+    theta_cols = torch.cat(parts, dim=-1)  # (..., B, P(a), n0): rows (i, a)
+    zz = A[..., a].transpose(-1, -2)[..., None, :, :] @ SA  # (..., B, P(a), P): (A^T S_i A)_{aq}
     return (theta_cols / B, zz / B) if mean else (theta_cols, zz)
 
 
@@ -371,20 +418,24 @@ def _linear_head_rows(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Block ``m >= 1``'s θ_0 columns and, per sample, its other-embedding columns.
 
-    Returns ``(B P_m, n0)`` and ``(B, P_m, P - P_m)``: row ``(i, a)`` of the block is nonzero
-    only in the θ_0 columns and in sample ``i``'s own other-embedding columns.
+    ``theta_cols`` and ``zz`` hold block ``m``'s rows only (``rows`` of
+    :func:`linear_head_second_derivatives`). Returns ``(B P_m, n0)`` and ``(B, P_m, P - P_m)``:
+    row ``(i, a)`` of the block is nonzero only in the θ_0 columns and in sample ``i``'s own
+    other-embedding columns.
     """
-    B, _, n0 = theta_cols.shape
-    a = slice(off[m - 1], off[m])
-    rows_t = theta_cols[:, a, :].reshape(B * (off[m] - off[m - 1]), n0)
-    other = torch.cat([zz[:, a, : off[m - 1]], zz[:, a, off[m] :]], dim=2)
+    B, Pm, n0 = theta_cols.shape
+    rows_t = theta_cols.reshape(B * Pm, n0)
+    other = torch.cat([zz[:, :, : off[m - 1]], zz[:, :, off[m] :]], dim=2)
     return rows_t, other
 
 
 def _linear_head_block(
     theta_cols: torch.Tensor, zz: torch.Tensor, off: Sequence[int], m: int
 ) -> torch.Tensor:
-    """Dense block ``m`` from :func:`linear_head_second_derivatives` (``off``: block offsets)."""
+    """Dense block ``m`` from :func:`linear_head_second_derivatives` (``off``: block offsets).
+
+    For ``m >= 1``, ``theta_cols`` and ``zz`` hold block ``m``'s rows only.
+    """
     B, _, n0 = theta_cols.shape
     if m == 0:
         return theta_cols.permute(2, 0, 1).reshape(n0, -1)
@@ -411,51 +462,61 @@ def _linear_head_blocks(
     """
     theta_cols, zz = linear_head_second_derivatives(layer, theta0, Z, y)
     off = [0, *itertools.accumulate(sizes)]
-    chosen = range(len(sizes) + 1) if blocks is None else blocks
-    return [_linear_head_block(theta_cols, zz, off, m) for m in chosen]
+    out = []
+    for m in range(len(sizes) + 1) if blocks is None else blocks:
+        a = slice(off[m - 1], off[m]) if m else slice(None)
+        out.append(_linear_head_block(theta_cols[:, a], zz[:, a], off, m))
+    return out
 
 
-def embedding_hessian_grams(
+def embedding_hessian_factors_at(
     server: nn.Module,
-    theta0: torch.Tensor,
-    Z: torch.Tensor,
+    points: Sequence[tuple[torch.Tensor, torch.Tensor, int]],
     y: torch.Tensor,
     sizes: Sequence[int],
-    blocks: Sequence[int] | None = None,
-) -> list[torch.Tensor]:
-    r""":func:`gram` of each block of :func:`embedding_hessian_blocks`, float64, same arguments.
+) -> list[GramFactors]:
+    r"""The Gram of block ``m`` of :func:`embedding_hessian_blocks` at each ``(θ_0, Z, m)``, factored.
 
     For a linear softmax head block ``m >= 1`` is :math:`[R_m \mid D_m]`: ``B P_m`` rows, the
     θ_0 columns :math:`R_m` and the other embeddings' columns :math:`D_m`, which are block
     diagonal (row ``(i, a)`` sees only sample ``i``'s other entries, through
     :math:`A^\top S_i A / B`). So its Gram is :math:`R_m R_m^\top + \mathrm{blockdiag}_i(D_i
-    D_i^\top)`, formed without the dense block (``B`` times fewer products). Block 0, and a
-    block whose column side is the shorter (one party, say), take the :func:`gram` of the dense
-    closed-form block. Other heads: the dense autograd blocks' :func:`gram`.
+    D_i^\top)`, returned as :class:`GramFactors` without the dense block; the second
+    derivatives of every point are computed in one batch (:func:`linear_head_second_derivatives`).
+    Block 0, and a block whose column side is the shorter (one party, say), give the factors of
+    the dense closed-form block (:meth:`GramFactors.of`). Other heads: those of the dense
+    autograd blocks, point by point.
     """
     from ..vfl.models import LinearHead
 
     layer = plain_linear(server, LinearHead)
     if layer is None:
-        return [gram(A) for A in embedding_hessian_blocks(server, theta0, Z, y, sizes, blocks)]
-    B = Z.shape[0]
-    theta_cols, zz = linear_head_second_derivatives(
-        layer, theta0.to(torch.float64), Z.to(torch.float64), y
-    )
-    n0 = theta_cols.shape[2]
+        return [
+            GramFactors.of(embedding_hessian_blocks(server, t, z, y, sizes, [m])[0])
+            for t, z, m in points
+        ]
+    f64 = torch.float64
     off = [0, *itertools.accumulate(sizes)]
-    out = []
-    for m in range(len(sizes) + 1) if blocks is None else blocks:
-        Pm = off[m] - off[m - 1] if m else 0
-        if m == 0 or B * Pm > n0 + B * (off[-1] - Pm):  # the column side is the shorter
-            out.append(gram(_linear_head_block(theta_cols, zz, off, m)))
-            continue
-        rows_t, other = _linear_head_rows(theta_cols, zz, off, m)
-        G = rows_t @ rows_t.T
-        idx = torch.arange(B, device=G.device)
-        G.view(B, Pm, B, Pm)[idx, :, idx, :] += other @ other.transpose(1, 2)
-        out.append(G)
-    return out
+    by_block: dict[int, list[int]] = {}
+    for k, (_, _, m) in enumerate(points):
+        by_block.setdefault(m, []).append(k)
+    out: list[GramFactors | None] = [None] * len(points)
+    for m, ks in by_block.items():  # the points of one block in one batch, its rows only
+        theta_cols, zz = linear_head_second_derivatives(
+            layer,
+            torch.stack([points[k][0].detach().to(f64).reshape(-1) for k in ks]),
+            torch.stack([points[k][1].detach().to(f64) for k in ks]),
+            y,
+            rows=slice(off[m - 1], off[m]) if m else None,
+        )
+        B, Pm, n0 = theta_cols.shape[1:]
+        for k, tc, zk in zip(ks, theta_cols, zz):
+            if m == 0 or B * Pm > n0 + B * (off[-1] - Pm):  # the column side is the shorter
+                out[k] = GramFactors.of(_linear_head_block(tc, zk, off, m))
+            else:
+                rows_t, other = _linear_head_rows(tc, zk, off, m)
+                out[k] = GramFactors(rows_t, other @ other.transpose(1, 2))
+    return [f for f in out if f is not None]
 
 
 def embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -464,133 +525,3 @@ def embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Tensor:
     with torch.enable_grad():
         h = party(x)
         return jacobian(h, params)
-
-
-def _plain_party(party: nn.Module) -> tuple[tuple[nn.Linear, nn.Linear] | None, nn.Linear | None]:
-    """``(plain_mlp(party), None)``, ``(None, its single plain layer)`` or ``(None, None)``."""
-    from ..vfl.models import MLPEmbedding
-
-    layers = plain_mlp(party)
-    return layers, None if layers is not None else plain_linear(party, MLPEmbedding)
-
-
-def _relu_parts(
-    first: nn.Linear, last: nn.Linear, X: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""A plain MLP's pre-activations and its output weights masked by relu's derivative.
-
-    Returns :math:`u = X V^\top + b` ``(B, h)`` and :math:`W_{aj} s_{ij}` ``(B, P, h)``, with
-    :math:`s_{ij} = 1[u_{ij} > 0]`, in ``X``'s dtype.
-    """
-    V, W = first.weight.detach().to(X.dtype), last.weight.detach().to(X.dtype)
-    u = X @ V.T
-    if first.bias is not None:
-        u = u + first.bias.detach().to(X.dtype)
-    return u, (u > 0).to(X.dtype)[:, None, :] * W[None, :, :]
-
-
-def per_sample_embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
-    r"""Per-sample :math:`\nabla_{\theta_m} h_m(\theta_m; x_i)`, ``(B, P_m, |θ_m|)``, closed form.
-
-    For the plain MLPs (:func:`plain_mlp`, :func:`plain_linear`; notation of
-    :func:`embedding_jacobian_gram`): :math:`\partial h_a / \partial V_{jl} = W_{aj} s_{ij}
-    x_{il}`, :math:`\partial h_a / \partial b_j = W_{aj} s_{ij}`, :math:`\partial h_a /
-    \partial W_{a'j} = \delta_{aa'} r_{ij}`, :math:`\partial h_a / \partial c_{a'} =
-    \delta_{aa'}`; columns in the order of ``party.named_parameters()`` (each row-major), in
-    the party's dtype. ``None`` for any other module (use autograd).
-    """
-    layers, single = _plain_party(party)
-    X = x.detach()
-    B = X.shape[0]
-
-    def linear_part(layer: nn.Linear, inp: torch.Tensor) -> list[torch.Tensor]:
-        P, D = layer.out_features, inp.shape[1]
-        eye = torch.eye(P, dtype=inp.dtype, device=inp.device)
-        cols = [(eye[None, :, :, None] * inp[:, None, None, :]).reshape(B, P, P * D)]
-        if layer.bias is not None:
-            cols.append(eye.expand(B, P, P))
-        return cols
-
-    if single is not None:
-        return torch.cat(linear_part(single, X), dim=2)
-    if layers is None:
-        return None
-    first, last = layers
-    u, Ws = _relu_parts(first, last, X)
-    cols = [(Ws[:, :, :, None] * X[:, None, None, :]).reshape(B, last.out_features, -1)]
-    if first.bias is not None:
-        cols.append(Ws)
-    return torch.cat(cols + linear_part(last, torch.relu(u)), dim=2)
-
-
-def embedding_jacobian_gram(party: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    r""":func:`gram` of :func:`embedding_jacobian` (float64), in closed form for the plain MLPs.
-
-    For :math:`h_a(x_i) = \sum_j W_{aj}\, r_{ij} + c_a`, :math:`r_{ij} = \mathrm{relu}(u_{ij})`,
-    :math:`u_i = V x_i + b` (:func:`plain_mlp`), with :math:`s_{ij} = 1[u_{ij} > 0]` (autograd's
-    derivative of relu, 0 at 0), the Jacobian's rows :math:`(i, a)` have the inner products
-
-    .. math::
-       (J J^\top)_{(i,a),(k,b)} = \delta_{ab}\,(r_i^\top r_k + 1)
-       + \sum_j W_{aj} W_{bj}\, s_{ij} s_{kj}\,(x_i^\top x_k + 1)
-
-    (the terms ``+ 1`` from the biases ``c`` and ``b``, where the layers have them): the
-    ``(B P_m)``-square Gram without the ``(B P_m, |θ_m|)`` Jacobian. A single linear map
-    (:func:`plain_linear`) has :math:`\delta_{ab}(x_i^\top x_k + 1)`. Any other module, or
-    more rows than parameters (the other Gram is the smaller): the autograd Jacobian's
-    :func:`gram`.
-    """
-    layers, single = _plain_party(party)
-    out = layers[1] if layers is not None else single
-    n_params = sum(q.numel() for q in party.parameters())
-    if out is None or x.shape[0] * out.out_features > n_params:
-        return gram(embedding_jacobian(party, x))  # (or the parameter side is the shorter)
-    f64 = torch.float64
-    X = x.detach().to(f64)
-    B = X.shape[0]
-
-    def inner(a: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return a @ a.T + (1.0 if bias is not None else 0.0)
-
-    if single is not None:
-        eye = torch.eye(single.out_features, dtype=f64, device=X.device)
-        return torch.kron(inner(X, single.bias), eye)
-    assert layers is not None
-    first, last = layers
-    u, Ws3 = _relu_parts(first, last, X)
-    r = torch.relu(u)
-    P = last.out_features
-    Ws = Ws3.reshape(B * P, -1)  # rows (i, a)
-    G = (Ws @ Ws.T).view(B, P, B, P) * inner(X, first.bias)[:, None, :, None]
-    G += (
-        inner(r, last.bias)[:, None, :, None]
-        * torch.eye(P, dtype=f64, device=X.device)[None, :, None, :]
-    )
-    return G.reshape(B * P, B * P)
-
-
-def party_jacobians(
-    parties: Sequence[nn.Module], inputs: Sequence[torch.Tensor]
-) -> list[torch.Tensor]:
-    r"""Per-sample :math:`J_{m,i} = \partial h_m(\theta_m; x_i)/\partial\theta_m`, ``(B, P_m, |θ_m|)`` each.
-
-    Closed form for the plain models (:func:`per_sample_embedding_jacobian`), else
-    :mod:`torch.func` (``vmap`` of ``jacrev``); columns in the order of ``named_parameters()``.
-    """
-    from torch.func import functional_call, jacrev, vmap
-
-    out = []
-    for net, x in zip(parties, inputs):
-        closed = per_sample_embedding_jacobian(net, x)
-        if closed is not None:
-            out.append(closed)
-            continue
-        pp = {k: v.detach() for k, v in net.named_parameters()}
-
-        def h(params: dict[str, torch.Tensor], xi: torch.Tensor, net: nn.Module = net) -> Any:
-            return functional_call(net, params, (xi.unsqueeze(0),))[0]
-
-        Jd = vmap(jacrev(h), in_dims=(None, 0))(pp, x)
-        B = int(x.shape[0])
-        out.append(torch.cat([Jd[k].reshape(B, Jd[k].shape[1], -1) for k in pp], dim=2))
-    return out

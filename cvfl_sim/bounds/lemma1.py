@@ -28,6 +28,12 @@ On the probed rounds (``every``-th, from round 0) and local steps (``steps``) it
 - the round's errors: realised :math:`\|\varepsilon_j^{t_0}\|_F^2` and expected
   :math:`E_j^{t_0}` (each compressor's exact error law, ``expected_error``, C5).
 
+The operator norms are the square roots of the largest eigenvalues of the Gram matrices, taken
+together by a batched Lanczos iteration on operators that never form the matrices
+(:func:`~cvfl_sim.bounds._spectral.op_norms`): each Ritz value is accepted at a relative residual
+of :math:`10^{-13}` and checked against the largest diagonal entry, else LAPACK's eigenvalue is
+used; on the probe's matrices they equal LAPACK's within a few units of round-off.
+
 The **right side** uses the largest :math:`H_m` and :math:`G_m` over *every* evaluated point of
 the run (both points of every probe), with either error. :meth:`Lemma1Report.ratios` gives
 right / left per probe and block; a ratio below 1 is a finding (the lemma with these constants
@@ -41,7 +47,6 @@ works on float64 copies of the models.
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Iterable, Sequence
@@ -55,15 +60,14 @@ from cvfl_theory.table import Table
 
 from ..vfl.threads import blas_threads
 from ._autodiff import (
+    Float64Mirror,
     check_all_trained,
-    embedding_hessian_grams,
-    embedding_jacobian_gram,
+    embedding_hessian_factors_at,
     flat_params,
-    grad,
-    gram_op_norm,
-    server_loss,
-    sq,
+    loss_gradients_at,
 )
+from ._jacobians import EmbeddingJacobian, embedding_jacobians
+from ._spectral import GramOperator, op_norms
 
 __all__ = [
     "Lemma1Probe",
@@ -115,27 +119,62 @@ def lemma1_left(
     -------
     numpy.ndarray
         ``(M + 1,)``: block 0 the server, ``m`` party ``m``. Computed in the models' dtype.
+
+    Notes
+    -----
+    Both points of block ``m >= 1`` share its fresh embedding :math:`h_m(\theta_m^t)`, so by the
+    chain rule the difference is :math:`J_m^\top(\partial F_B/\partial h_m(\Phi_m^t) -
+    \partial F_B/\partial h_m(\hat\Phi_m^t))` with :math:`J_m` the embedding Jacobian: the
+    difference of the two close gradients is formed in the ``B P_m`` embedding entries, before
+    the Jacobian (:func:`~cvfl_sim.bounds._autodiff.loss_gradients_at`).
     """
-    out = np.zeros(len(parties) + 1)
-    srv = list(server.parameters())
-    with torch.enable_grad():
-        hs = [party(xm) for party, xm in zip(parties, x)]
-        sizes = [int(h.shape[1]) for h in hs]
-        g = grad(server_loss(server, None, stale, y), srv)
-        gh = grad(server_loss(server, None, stale_hat, y), srv)
-        out[0] = sq([a - b for a, b in zip(g, gh)])
-        for m, (party, h) in enumerate(zip(parties, hs), start=1):
-            params = list(party.parameters())
-            g = grad(
-                server_loss(server, theta0, _with_block(stale, h, sizes, m), y),
-                params,
-                retain_graph=True,
-            )
-            gh = grad(
-                server_loss(server, theta0_hat, _with_block(stale_hat, h, sizes, m), y), params
-            )
-            out[m] = sq([a - b for a, b in zip(g, gh)])
+    with torch.no_grad():
+        fresh = [p(xm) for p, xm in zip(parties, x)]
+    points = _points(flat_params(server), fresh, stale, stale_hat, theta0, theta0_hat)
+    sizes = [int(h.shape[1]) for h in fresh]
+    return _left(
+        loss_gradients_at(server, [(t, z) for t, z, _ in points], y),
+        embedding_jacobians(parties, x),
+        sizes,
+    )
+
+
+def _points(
+    theta_now: torch.Tensor,
+    fresh: Sequence[torch.Tensor],
+    Z: torch.Tensor,
+    Zh: torch.Tensor,
+    t0: torch.Tensor,
+    t0h: torch.Tensor,
+) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    r"""The two points :math:`\Phi_m^t, \hat\Phi_m^t` of every block, as ``(θ_0, Z, m)``."""
+    sizes = [int(h.shape[1]) for h in fresh]
+    points = [(theta_now, Z, 0), (theta_now, Zh, 0)]
+    for m, h in enumerate(fresh, start=1):
+        points += [(t0, _with_block(Z, h, sizes, m), m), (t0h, _with_block(Zh, h, sizes, m), m)]
+    return points
+
+
+def _left(
+    grads: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    jacobians: Sequence[EmbeddingJacobian],
+    sizes: Sequence[int],
+) -> np.ndarray:
+    """:func:`lemma1_left` from the loss gradients at :func:`_points` and the Jacobians."""
+    out = np.zeros(len(jacobians) + 1)
+    out[0] = float(((grads[0][0] - grads[1][0]) ** 2).sum())
+    off = 0
+    for m, J in enumerate(jacobians, start=1):
+        cols = slice(off, off + sizes[m - 1])
+        off += sizes[m - 1]
+        delta = grads[2 * m][1][:, cols] - grads[2 * m + 1][1][:, cols]  # (B, P_m)
+        out[m] = float((J.rmatmat(delta.detach().cpu().numpy()[None]) ** 2).sum())
     return out
+
+
+def larger_of_two_points(norms: np.ndarray) -> np.ndarray:
+    """Each block's constant at a probe: the larger of its two points' values (taken in pairs)."""
+    return np.maximum(norms[0::2], norms[1::2])
 
 
 def lemma1_right(H: Any, G: Any, E: Any) -> np.ndarray:
@@ -265,6 +304,7 @@ class Lemma1Probe:
         self.tight = bool(tight)
         self.progress = progress
         self._rows: list[dict[str, Any]] = []
+        self._mirror = Float64Mirror()
         self._bar: Any = None
         self._last: tuple[int, int] = (-1, -1)
         self.seconds = 0.0
@@ -319,35 +359,24 @@ class Lemma1Probe:
         tick = time.perf_counter()
         with blas_threads(1):  # small dense problems: one BLAS thread is the faster
             # float64 copies: the left side is a difference of two close gradients
-            P64 = [copy.deepcopy(p).to(_F64) for p in parties]
-            S64 = copy.deepcopy(server).to(_F64)
+            *P64, S64 = self._mirror([*parties, server])
             x64 = [xm.to(_F64) for xm in x]
             Z, Zh = stale.detach().to(_F64), stale_hat.detach().to(_F64)
             t0, t0h = theta0.detach().to(_F64).reshape(-1), theta0_hat.detach().to(_F64).reshape(-1)
             M = len(P64)
-            left = lemma1_left(P64, S64, x64, y, Z, Zh, t0, t0h)
-
-            # constants at both points of every block (chain reading, operator norms)
-            H = np.zeros(M + 1)
-            G = np.ones(M + 1)
             with torch.no_grad():
-                t_now = flat_params(S64)
                 fresh = [p(xm) for p, xm in zip(P64, x64)]
             sizes = [int(h.shape[1]) for h in fresh]
-            for m in range(M + 1):
-                if m == 0:
-                    points = [(t_now, Z), (t_now, Zh)]
-                else:
-                    points = [
-                        (t0, _with_block(Z, fresh[m - 1], sizes, m)),
-                        (t0h, _with_block(Zh, fresh[m - 1], sizes, m)),
-                    ]
-                H[m] = max(
-                    gram_op_norm(embedding_hessian_grams(S64, t, z, y, sizes, [m])[0])
-                    for t, z in points
-                )
-                if m >= 1:
-                    G[m] = gram_op_norm(embedding_jacobian_gram(P64[m - 1], x64[m - 1]))
+            points = _points(flat_params(S64), fresh, Z, Zh, t0, t0h)
+            J = embedding_jacobians(P64, x64)
+            left = _left(loss_gradients_at(S64, [(t, z) for t, z, _ in points], y), J, sizes)
+
+            # constants at both points of every block (chain reading, operator norms): H_m of
+            # the embedding Hessian blocks, G_m of the embedding Jacobians, in one batch
+            grams: list[GramOperator] = [*embedding_hessian_factors_at(S64, points, y, sizes), *J]
+            norms = np.array(op_norms(grams))
+            H = larger_of_two_points(norms[: 2 * (M + 1)])
+            G = np.concatenate([[1.0], norms[2 * (M + 1) :]])
 
             # the round's errors: realised and expected (each compressor's error law)
             E_real = np.zeros(M + 1)
@@ -374,6 +403,7 @@ class Lemma1Probe:
                     t0h - t0,
                     compressors,
                     server_compressor,
+                    J,
                 )
             )
             sampled = (
@@ -417,6 +447,7 @@ class Lemma1Probe:
         server_error: torch.Tensor,
         compressors: Sequence[Any],
         server_compressor: Any,
+        jacobians: Sequence[EmbeddingJacobian],
     ) -> np.ndarray | None:
         r"""The tight Lemma-1 bound of C4.5 (ours) at a round start, ``nan`` where it does not apply.
 
@@ -433,7 +464,16 @@ class Lemma1Probe:
         if step != 0:
             return out
         try:
-            res = tight_lemma1_bound_for(parties, server, x, y, compressors, server_compressor)
+            res = tight_lemma1_bound_for(
+                parties,
+                server,
+                x,
+                y,
+                compressors,
+                server_compressor,
+                jacobians=jacobians,
+                sup_form=False,
+            )
         except ValueError:  # a biased compressor (or a head the bound does not cover)
             try:
                 res = realised_lemma1_bound(parties, server, x, y, errors, server_error)

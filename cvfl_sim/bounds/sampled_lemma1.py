@@ -77,7 +77,8 @@ from torch import nn
 
 from cvfl_theory.table import Table
 
-from ._autodiff import check_lemma1_models, flat_params, linear_softmax_head, party_jacobians
+from ._autodiff import check_lemma1_models, flat_params, linear_softmax_head
+from ._jacobians import party_jacobians
 from .tight_term import error_kind, error_variances, max_error_sq
 
 __all__ = [

@@ -55,10 +55,10 @@ from ._autodiff import (
     flat_params,
     grad,
     jacobian,
-    op_norm,
     server_loss,
     sq,
 )
+from ._spectral import op_norm
 from .hypotheses import Applicability, theorem_hypotheses
 from .lemma1 import Lemma1Report
 

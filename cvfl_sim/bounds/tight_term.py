@@ -64,10 +64,9 @@ from ._autodiff import (
     flat_params,
     linear_head_second_derivatives,
     linear_softmax_head,
-    party_jacobians,
-    per_sample_embedding_jacobian,
     plain_linear,
 )
+from ._jacobians import EmbeddingJacobian, embedding_jacobians
 from .analytic_constants import softmax_parts
 
 __all__ = [
@@ -125,7 +124,8 @@ class TightLemma1:
     bound : numpy.ndarray
         :math:`(\sqrt{\mathcal{F}_m} + \sqrt{\mathcal{R}_m})^2` (Minkowski).
     sup_form : numpy.ndarray
-        The sup-constant corollary of :math:`\mathcal{F}_m`, for the record:
+        The sup-constant corollary of :math:`\mathcal{F}_m`, for the record (``nan`` where it
+        was not asked for, or for realised errors):
         :math:`\frac1B G^2 H^2 \sum_{j\ne m, j\ge1} P_j \max_i s_{j,i}^2 + G^2 H^2
         \min(P_m, |\theta_0|)\, s_0^2` with :math:`G = \max_i\|J_{m,i}\|`, :math:`H = \max_{i,j}
         \|A_{mj,i}\|` (operator norms); ``nan`` for realised errors.
@@ -270,7 +270,7 @@ class _Derivatives:
     sizes: list[int]  # P_1..P_M
     Hzz: torch.Tensor  # (B, P, P) per-sample Hessian of the loss in the embeddings
     A0: torch.Tensor  # (B, N0, P) per-sample d(grad_theta0 loss)/dz
-    J: list[torch.Tensor]  # per party (B, P_m, N_m) per-sample Jacobians of h_m in theta_m
+    J: list[EmbeddingJacobian]  # per party: per-sample Jacobians of h_m in theta_m
     n0: int
 
 
@@ -280,6 +280,7 @@ def _derivatives(
     inputs: Sequence[torch.Tensor],
     y: Any,
     loss: Any = None,
+    jacobians: Sequence[EmbeddingJacobian] | None = None,
 ) -> _Derivatives:
     from ..vfl.models import LinearHead
 
@@ -288,16 +289,21 @@ def _derivatives(
     sizes = [int(h.shape[1]) for h in H]
     z = torch.cat(H, dim=1).detach()
     B, P = z.shape
+    J = list(jacobians) if jacobians is not None else embedding_jacobians(parties, inputs)
+    if [(j.B, j.P, j.N) for j in J] != [
+        (B, Pm, sum(q.numel() for q in net.parameters())) for net, Pm in zip(parties, sizes)
+    ]:
+        raise ValueError(
+            "jacobians must be one EmbeddingJacobian of (B, P_m, |θ_m|) per party, got "
+            f"{[(j.B, j.P, j.N) for j in J]}"
+        )
     sp = {k: v.detach() for k, v in server.named_parameters()}
 
     lin = plain_linear(server, LinearHead) if loss is None else None
     if lin is not None:  # closed forms (the same values as the torch.func path below)
         theta_cols, zz = linear_head_second_derivatives(lin, flat_params(server), z, y, mean=False)
-        closed = [per_sample_embedding_jacobian(net, x) for net, x in zip(parties, inputs)]
-        if all(j is not None for j in closed):
-            J_closed = [j for j in closed if j is not None]
-            A0c = theta_cols.transpose(1, 2)
-            return _Derivatives(z, sizes, zz, A0c, J_closed, int(A0c.shape[1]))
+        A0c = theta_cols.transpose(1, 2)
+        return _Derivatives(z, sizes, zz, A0c, J, int(A0c.shape[1]))
 
     def ell(params: dict[str, torch.Tensor], zi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
         logits = functional_call(server, params, (zi.unsqueeze(0),))
@@ -308,7 +314,6 @@ def _derivatives(
     Hzz = vmap(jacrev(jacrev(ell, argnums=1), argnums=1), in_dims=(None, 0, 0))(sp, z, y)
     A0d = vmap(jacrev(jacrev(ell, argnums=0), argnums=1), in_dims=(None, 0, 0))(sp, z, y)
     A0 = torch.cat([A0d[k].reshape(B, -1, P) for k in sp], dim=1)
-    J = party_jacobians(parties, inputs)
     return _Derivatives(z, sizes, Hzz.detach(), A0.detach(), J, int(A0.shape[1]))
 
 
@@ -327,15 +332,14 @@ def _party_part(K: np.ndarray | None, A: np.ndarray, s2: np.ndarray) -> float:
     return float(np.sum(s2 * fro)) / B**2
 
 
-def _server_part(J: np.ndarray, A_m0: np.ndarray, s0: float) -> float:
+def _server_part(J: EmbeddingJacobian, A_m0: np.ndarray, s0: float) -> float:
     r""":math:`\frac{s_0^2}{B^2}\|\sum_i J_i^\top A_{m0,i}\|_F^2`: one error for every sample.
 
-    ``J`` is ``(B, P_m, N_m)``, ``A_m0`` is ``(B, N_0, P_m)`` (:math:`A_{m0,i}^\top`).
+    ``A_m0`` is ``(B, N_0, P_m)`` (:math:`A_{m0,i}^\top`): column ``c`` of the sum is
+    :math:`\sum_i J_i^\top (A_{m0,i}^\top)_{c}`, one product with :math:`J^\top` per column.
     """
-    B, P, N = J.shape
-    # S = sum_i J_i^T A_{m0,i}^T, as one (N, B P) @ (B P, N_0) product
-    S = J.transpose(2, 0, 1).reshape(N, B * P) @ A_m0.transpose(0, 2, 1).reshape(B * P, -1)
-    return s0 * float(np.sum(S**2)) / B**2
+    S = J.rmatmat(A_m0.transpose(1, 0, 2))  # (N_0, N_m)
+    return s0 * float(np.sum(S**2)) / J.B**2
 
 
 def _op_norm_wj(Wm: np.ndarray, K: np.ndarray) -> np.ndarray:
@@ -344,12 +348,26 @@ def _op_norm_wj(Wm: np.ndarray, K: np.ndarray) -> np.ndarray:
     return np.sqrt(np.linalg.eigvalsh(WKW)[:, -1].clip(min=0.0))
 
 
-def _max_op_norm(A: np.ndarray) -> float:
-    r""":math:`\max_i \|A_i\|_{op}` over a stack ``(B, n, p)``, from the smaller Gram of each."""
-    G = A.transpose(0, 2, 1) @ A if A.shape[2] <= A.shape[1] else A @ A.transpose(0, 2, 1)
-    if G.shape[1] == 0:
-        return 0.0
-    return math.sqrt(max(float(np.linalg.eigvalsh(G)[:, -1].max()), 0.0))
+def _max_op_norms(stacks: Sequence[np.ndarray]) -> list[float]:
+    r""":math:`\max_i \|A_i\|_{op}` of each stack ``(B, n, p)``, from the smaller Gram of each.
+
+    The Gram matrices of one size, from every stack, go to LAPACK in one call.
+    """
+    grams = [
+        A.transpose(0, 2, 1) @ A if A.shape[2] <= A.shape[1] else A @ A.transpose(0, 2, 1)
+        for A in stacks
+    ]
+    out = [0.0] * len(grams)
+    by_size: dict[int, list[int]] = {}
+    for k, G in enumerate(grams):
+        if G.shape[1] and G.shape[0]:
+            by_size.setdefault(int(G.shape[1]), []).append(k)
+    for ks in by_size.values():
+        tops = np.linalg.eigvalsh(np.concatenate([grams[k] for k in ks]))[:, -1]
+        ends = np.cumsum([len(grams[k]) for k in ks])
+        for k, part in zip(ks, np.split(tops, ends[:-1])):
+            out[k] = math.sqrt(max(float(part.max()), 0.0))
+    return out
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -472,7 +490,8 @@ def _dithered_remainder(
         return float(np.sum(y) / B)
     n0 = W.size + W.shape[0]
     a_max = float(np.sqrt(_MAX_SQ[kinds[0]] * n0 * s0))
-    w_o = float(np.linalg.norm(np.delete(W, np.arange(W.shape[1])[blk[m - 1]], axis=1), 2))
+    Wo = np.concatenate([W[:, : blk[m - 1].start], W[:, blk[m - 1].stop :]], axis=1)
+    w_o = math.sqrt(max(float(np.linalg.eigvalsh(Wo @ Wo.T)[-1]), 0.0))  # ||W_o||_2
     # the logits move by at most r_max anywhere on the dither's support
     lam, kap = _local_constants(sm, a_max * zeta + w_o * x_max + a_max * x_max)
     C += (s0 * zeta**2)[:, None, None] * np.eye(K)[None]
@@ -588,6 +607,8 @@ def tight_lemma1_bound(
     kind: str | Sequence[str] = "dithered",
     remainder: bool = True,
     loss: Any = None,
+    jacobians: Sequence[EmbeddingJacobian] | None = None,
+    sup_form: bool = True,
 ) -> TightLemma1:
     r"""Tight bound on Lemma 1's left side for dithered quantizers (C4.5, ours, not the paper's).
 
@@ -635,6 +656,13 @@ def tight_lemma1_bound(
         Bound the Taylor remainder (needs a linear head: exactly an ``nn.Linear`` with bias, or
         the toolkit's ``LinearHead``, without hooks). ``False`` returns the first-order term
         only (``rigorous=False``).
+    jacobians : sequence of EmbeddingJacobian, optional
+        The parties' per-sample embedding Jacobians :math:`J_{m,i}` on the batch
+        (:func:`~cvfl_sim.bounds._jacobians.embedding_jacobians`), where the caller has them
+        already (the Lemma-1 probe); computed here otherwise.
+    sup_form : bool
+        Also compute :attr:`TightLemma1.sup_form` (per-sample operator norms of every block:
+        ``nan`` without it).
 
     Returns
     -------
@@ -672,18 +700,18 @@ def tight_lemma1_bound(
             f"LinearHead, without hooks); got {type(server).__name__}: pass remainder=False for the first-order "
             "term only (not a bound)"
         )
-    d = _derivatives(parties, server, inputs, y, loss)
+    d = _derivatives(parties, server, inputs, y, loss, jacobians)
     blk = _blocks(d.sizes)
     Hzz, A0 = _np(d.Hzz), _np(d.A0)
-    J = [_np(j) for j in d.J]
+    J = d.J
     first = np.zeros(M + 1)
-    sup = np.zeros(M + 1)
     rem = np.zeros(M + 1)
+    # the sup form, sum over (block, stack, factor) of factor * max_i ||stack_i||^2
+    sup_terms: list[tuple[int, np.ndarray, float]] = []
     # m = 0: J = I, only the parties' errors
     for j in range(M):
         first[0] += _party_part(None, A0[:, :, blk[j]], s2[j])
-        H = _max_op_norm(A0[:, :, blk[j]])
-        sup[0] += H**2 * d.sizes[j] * float(np.max(s2[j])) / B
+        sup_terms.append((0, A0[:, :, blk[j]], d.sizes[j] * float(np.max(s2[j])) / B))
     W = _np(head.weight) if head is not None else None
     zeta = np.sqrt(np.sum(_np(d.z) ** 2, axis=1) + 1.0)
     if remainder:
@@ -693,26 +721,30 @@ def tight_lemma1_bound(
         rem[0] = _dithered_remainder(0, W, d.sizes, zeta, s2, s0, one, one, sm, kinds) ** 2
     for m in range(1, M + 1):
         Jm = J[m - 1]
-        K = Jm @ Jm.transpose(0, 2, 1)  # (B, P_m, P_m): J_i J_i^T
+        K = Jm.sample_grams()  # (B, P_m, P_m): J_i J_i^T
         G2 = np.linalg.eigvalsh(K)[:, -1].clip(min=0.0)
         for j in range(M):
             if j == m - 1:
                 continue
             A = Hzz[:, blk[m - 1], blk[j]]
             first[m] += _party_part(K, A, s2[j])
-            H = _max_op_norm(A)
-            sup[m] += float(np.max(G2)) * H**2 * d.sizes[j] * float(np.max(s2[j])) / B
+            factor = float(np.max(G2)) * d.sizes[j] * float(np.max(s2[j])) / B
+            sup_terms.append((m, A, factor))
         if s0 > 0:
             A_m0 = A0[:, :, blk[m - 1]]  # (B, N0, P_m)
             first[m] += _server_part(Jm, A_m0, s0)
-            H0 = _max_op_norm(A_m0)
-            sup[m] += float(np.max(G2)) * H0**2 * min(d.sizes[m - 1], d.n0) * s0
+            factor = float(np.max(G2)) * min(d.sizes[m - 1], d.n0) * s0
+            sup_terms.append((m, A_m0, factor))
         if remainder:
             assert W is not None
             GW = _op_norm_wj(W[:, blk[m - 1]], K)
             rem[m] = (
                 _dithered_remainder(m, W, d.sizes, zeta, s2, s0, np.sqrt(G2), GW, sm, kinds) ** 2
             )
+    sup = np.zeros(M + 1) if sup_form else np.full(M + 1, np.nan)
+    if sup_form:
+        for (m, _, factor), H in zip(sup_terms, _max_op_norms([A for _, A, _ in sup_terms])):
+            sup[m] += factor * H**2
     bound = _minkowski(first, rem)
     return TightLemma1(first, rem, bound, sup, B, "dithered", kinds, bool(remainder))
 
@@ -726,6 +758,8 @@ def tight_lemma1_bound_for(
     server_compressor: Any = None,
     *,
     remainder: bool = True,
+    jacobians: Sequence[EmbeddingJacobian] | None = None,
+    sup_form: bool = True,
 ) -> TightLemma1:
     r""":func:`tight_lemma1_bound` with the error laws read from the package's compressors.
 
@@ -740,7 +774,7 @@ def tight_lemma1_bound_for(
         :class:`~cvfl_theory.compressors.Identity`.
     server_compressor : Compressor, optional
         :math:`C_0` of the flattened server model (``None``: no server compression).
-    remainder : bool
+    remainder, jacobians, sup_form
         As in :func:`tight_lemma1_bound`.
 
     Returns
@@ -758,7 +792,16 @@ def tight_lemma1_bound_for(
     s0 = float(error_variances(server_compressor, theta0)[0])
     kinds = [error_kind(server_compressor)] + [error_kind(c) for c in comps]
     return tight_lemma1_bound(
-        parties, server, inputs, y, s2, server_error_var=s0, kind=kinds, remainder=remainder
+        parties,
+        server,
+        inputs,
+        y,
+        s2,
+        server_error_var=s0,
+        kind=kinds,
+        remainder=remainder,
+        jacobians=jacobians,
+        sup_form=sup_form,
     )
 
 
@@ -825,7 +868,7 @@ def realised_lemma1_bound(
             raise ValueError(f"server_error must be finite with |theta_0| = {d.n0} entries")
     blk = _blocks(d.sizes)
     Hzz, A0 = _np(d.Hzz), _np(d.A0)
-    J = [_np(j) for j in d.J]
+    J = d.J
     W = _np(head.weight)
     E = e0[: W.size].reshape(W.shape)  # nn.Linear: weight (row-major), then bias
     e = e0[W.size :]
@@ -842,9 +885,9 @@ def realised_lemma1_bound(
         Jm = J[m - 1]
         g = sum(np.einsum("bpq,bq->bp", Hzz[:, blk[m - 1], blk[j]], eps[j]) for j in others)
         g = g + np.einsum("bnp,n->bp", A0[:, :, blk[m - 1]], e0)
-        lin = np.einsum("bpn,bp->n", Jm, g) / B
+        lin = Jm.rmatmat(g[None])[0] / B
         first[m] = float(np.sum(lin**2))
-        K = Jm @ Jm.transpose(0, 2, 1)  # (B, P_m, P_m): J_i J_i^T
+        K = Jm.sample_grams()  # (B, P_m, P_m): J_i J_i^T
         G = np.sqrt(np.linalg.eigvalsh(K)[:, -1].clip(min=0.0))
         GW = _op_norm_wj(W[:, blk[m - 1]], K)
         rem[m] = _realised_remainder(m, W, d.sizes, z, eps, E, e, G, GW, sm) ** 2
