@@ -258,8 +258,8 @@ def lanczos_top(
     ``matvec(V, rows)`` maps ``(len(rows), n)`` vectors to the products of the matrices
     ``rows`` with them; ``diag`` ``(b, n)`` holds the diagonals. All iterate together from one
     fixed start vector (pseudo-random, so that no eigenvector is orthogonal to it but on a set
-    of measure zero), with two passes of classical Gram-Schmidt against every earlier Lanczos
-    vector. Every 2 steps from the 12th the top Ritz pair of each tridiagonal matrix
+    of measure zero): the three-term recurrence, then classical Gram-Schmidt against every
+    earlier Lanczos vector, repeated where it removed more than :math:`1 - 1/\sqrt2` of the norm. Every 2 steps from the 12th the top Ritz pair of each tridiagonal matrix
     :math:`T_j` is computed; its residual is :math:`\beta_j |s_j|` (:math:`s` the Ritz vector
     in the Lanczos basis). A matrix is done, and leaves the iteration, when its residual is at
     most :data:`LANCZOS_TOL` times the Ritz value, at an invariant subspace, or after ``n``
@@ -279,13 +279,25 @@ def lanczos_top(
     rows = np.arange(b)  # the matrices still iterating
     for j in range(steps):
         every = len(rows) == b  # slices, not copies, while no matrix has left
-        w = matvec(V[:, j] if every else V[rows, j], rows)
         basis = V[:, : j + 1] if every else V[rows, : j + 1]
-        for _ in range(2):  # twice is enough (Kahan, Parlett)
+        w = matvec(basis[:, j], rows)
+        # the three-term recurrence, then full reorthogonalisation against every Lanczos vector:
+        # once, and again where it removed more than 1 - 1/sqrt(2) of the norm (Daniel, Gragg,
+        # Kaufman and Stewart's test; "twice is enough")
+        alpha[rows, j] = np.einsum("bi,bi->b", basis[:, j], w)
+        w -= alpha[rows, j][:, None] * basis[:, j]
+        if j:
+            w -= beta[rows, j - 1][:, None] * basis[:, j - 1]
+        norm = np.sqrt(np.einsum("bi,bi->b", w, w))
+        for _ in range(2):
             c = (basis @ w[:, :, None])[:, :, 0]
             w -= (c[:, None, :] @ basis)[:, 0]
             alpha[rows, j] += c[:, j]
-        beta[rows, j] = np.sqrt(np.einsum("bi,bi->b", w, w))
+            after = np.sqrt(np.einsum("bi,bi->b", w, w))
+            if np.all(after >= norm / np.sqrt(2.0)):
+                break
+            norm = after
+        beta[rows, j] = after
         invariant = beta[rows, j] <= 1e-14 * trace[rows]
         if j + 1 == steps or invariant.any() or (j >= 11 and j % 2 == 1):
             T = np.zeros((len(rows), j + 1, j + 1))
