@@ -272,18 +272,30 @@ def test_the_tight_form_is_a_bound_only_where_it_was_evaluated_at_every_step_cha
     assert name in chk.forms and name not in chk.estimates
     assert f"bound [{name}]" in chk.column("quantity")
     cases = [
-        ({}, 2, f"{(R + 1) // 2} of {R} round starts probed, the others at their mean"),
-        ({"Q": 2}, 1, "charged to all 2 local steps, proved at step 0 only"),
+        ({}, 2, "first", f"{(R + 1) // 2} of {R} rounds probed, the others at their mean"),
+        ({"Q": 2}, 1, "first", "evaluated at 1 of the 2 local steps of a probed round"),
+        ({"Q": 2}, 1, "all", "an expectation at points that depend on the round's dither"),
     ]
-    for kw, every, why in cases:
+    for kw, every, steps, why in cases:
         cfg = _cfg(ScalarQuantizer(2, range="minmax-tensor"), epochs=1, **kw)
-        probe = Lemma1Probe(every=every, steps="first")
+        probe = Lemma1Probe(every=every, steps=steps)
         other = bound_vs_observed(train(ds, cfg, probe=probe), c, lemma1=probe.report())
         assert name in other.estimates and name not in other.forms, kw
         assert f"estimate [{name}]" in other.column("quantity")
         assert f"bound [{name}]" not in other.column("quantity")
         assert any(why in str(note) for note in other.column("note")), kw
         assert name in other.to_dict()["estimates"] and name not in other.to_dict()["forms"]
+    # top-k: the realised form has no dither, so evaluated at every local step it is a bound
+    from cvfl_theory.compressors import TopK
+
+    cfg = _cfg(TopK(k=2), epochs=1, Q=2)
+    probe = Lemma1Probe(every=1, steps="all")
+    topk = bound_vs_observed(train(ds, cfg, probe=probe), c, lemma1=probe.report())
+    assert set(probe.report().tight_kinds) == {"realised"}
+    assert name in topk.forms and name not in topk.estimates
+    probe_first = Lemma1Probe(every=1, steps="first")  # step 0 only, charged to step 1 too
+    first = bound_vs_observed(train(ds, cfg, probe=probe_first), c, lemma1=probe_first.report())
+    assert name in first.estimates
     # without compression Lemma 1's left side is 0 at every step: the tight form is exact
     cfg = _cfg(None, epochs=1, Q=2)
     probe = Lemma1Probe(every=2, steps="first")

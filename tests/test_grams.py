@@ -13,6 +13,7 @@ above the 1e-12 tolerances (float64 rounding of sums of a few hundred terms).
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 
@@ -417,3 +418,32 @@ def test_blas_threads_restore_failure_never_hides_the_error(monkeypatch):
     with pytest.raises(OSError, match="restore failed"):  # without an error of its own
         with blas_threads(1):
             pass
+
+
+def test_loss_gradients_at_equal_autograd():
+    """The closed-form head gradients (linear head) and the autograd path (any head)."""
+    gen = torch.Generator().manual_seed(12)
+    P, C, B = 5, 3, 7
+    y = torch.randint(0, C, (B,), generator=gen)
+    heads = [LinearHead(P, C).to(F64), _Head(P, C).to(F64)]  # closed form; autograd (subclass)
+    heads.append(nn.Sequential(nn.Linear(P, 4), nn.Tanh(), nn.Linear(4, C)).to(F64))
+    for head in heads:
+        n0 = sum(q.numel() for q in head.parameters())
+        points = [
+            (
+                torch.randn(n0, dtype=F64, generator=gen),
+                3.0 * torch.randn(B, P, dtype=F64, generator=gen),
+            )
+            for _ in range(3)
+        ]
+        points[1][1][0] *= 20.0  # a sample near a softmax vertex
+        got = _autodiff.loss_gradients_at(head, points, y)
+        for (t, Z), (g_t, g_z) in zip(points, got):
+            ref = copy.deepcopy(head)
+            with torch.no_grad():  # the module at theta0, its own parameters
+                torch.nn.utils.vector_to_parameters(t, ref.parameters())
+            z = Z.clone().requires_grad_(True)
+            loss = nn.functional.cross_entropy(ref(z), y)
+            *gp, gz = torch.autograd.grad(loss, [*ref.parameters(), z])
+            _close(g_t, torch.cat([g.reshape(-1) for g in gp]))
+            _close(g_z, gz)

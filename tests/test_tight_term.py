@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -388,3 +389,59 @@ def test_off_top_probability_refuses_what_is_not_finite_logits(bad):
 
     with pytest.raises(ValueError, match="logits must be a finite"):
         off_top_probability(bad)
+
+
+class _Fixed(nn.Module):
+    """A party whose embedding is a given matrix (plus 0 * a parameter, so it has a Jacobian)."""
+
+    def __init__(self, h: torch.Tensor) -> None:
+        super().__init__()
+        self.h = h.detach().clone()
+        self.w = nn.Parameter(torch.zeros(1, dtype=h.dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.h + 0.0 * self.w
+
+
+@pytest.mark.parametrize("realised", [False, True])
+def test_later_steps_evaluate_each_block_at_its_own_point(realised):
+    """With a round start (stale, theta0): block m at (party m now, the others stale, theta0).
+
+    The reference evaluates each block with the default (round-start) call on a model set built
+    to sit exactly at that block's point: the other parties replaced by fixed stale embeddings,
+    and for a party block a server holding theta0 (the server block keeps the current server).
+    Using the current parties' embeddings for the others, or the current server for a party
+    block, changes every block's value.
+    """
+    parties, server, xs, y = _ce_setup(9, 2.0, B=10)
+    start_parties = [copy.deepcopy(p) for p in parties]
+    start_server = copy.deepcopy(server)
+    with torch.no_grad():  # the local steps since the round start moved every model
+        for net in [*parties, server]:
+            for q in net.parameters():
+                q.add_(0.05 * torch.randn_like(q))
+        stale = torch.cat([p(x) for p, x in zip(start_parties, xs)], dim=1)
+        theta0 = torch.cat([q.reshape(-1) for q in start_server.parameters()])
+    q2 = ScalarQuantizer(2) if not realised else TopK(2)
+    sizes = [4, 4]
+    errors = [torch.full((10, 4), 0.01 * (k + 1), dtype=torch.float64) for k in range(2)]
+    server_error = torch.full_like(theta0, -0.003)
+
+    def bound(ps, srv, **start):
+        if realised:
+            return tt.realised_lemma1_bound(ps, srv, xs, y, errors, server_error, **start).bound
+        return tt.tight_lemma1_bound_for(ps, srv, xs, y, q2, Identity(), **start).bound
+
+    got = bound(parties, server, stale=stale, theta0=theta0)
+    fixed = [_Fixed(b) for b in stale.split(sizes, 1)]
+    ref = [bound(fixed, server)[0]]
+    for m in range(2):
+        ps = [parties[k] if k == m else fixed[k] for k in range(2)]
+        ref.append(bound(ps, start_server)[m + 1])
+    np.testing.assert_allclose(got, ref, rtol=1e-12)
+    now = bound(parties, server)  # all blocks at the current models: another value
+    assert np.all(np.abs(now - got) > 1e-6 * np.abs(got))
+    with pytest.raises(ValueError, match="both or neither"):
+        bound(parties, server, stale=stale)
+    with pytest.raises(ValueError, match="round-start"):
+        bound(parties, server, stale=stale[:, :5], theta0=theta0)

@@ -361,7 +361,7 @@ def linear_head_second_derivatives(
     Z: torch.Tensor,
     y: torch.Tensor,
     mean: bool = True,
-    rows: slice | None = None,
+    rows: slice | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""The two kinds of second derivative of a linear softmax head's batch-mean cross entropy.
 
@@ -381,7 +381,8 @@ def linear_head_second_derivatives(
     ``mean=False`` leaves out the factor :math:`1/B`: the per-sample loss's derivatives.
     Several points at once: ``theta0`` ``(k, n0)`` and ``Z`` ``(k, B, P)`` give ``(k, B, P,
     n0)`` and ``(k, B, P, P)``. ``rows`` keeps the embedding entries ``a`` in that slice only
-    (one block's rows): ``(…, B, P_rows, n0)`` and ``(…, B, P_rows, P)``.
+    (one block's rows), or, for several points, the ``R`` entries of each point's row of an
+    index tensor ``(k, R)``: ``(…, B, R, n0)`` and ``(…, B, R, P)``.
     """
     *lead, B, P = Z.shape
     C = layer.out_features
@@ -398,18 +399,24 @@ def linear_head_second_derivatives(
     g[..., torch.arange(B, device=z.device), y] -= 1.0
     S = torch.diag_embed(p) - p[..., :, None] * p[..., None, :]  # (..., B, C, C)
     SA = S @ A[..., None, :, :]  # (..., B, C, P): (S_i A)_{ca}
-    a = slice(None) if rows is None else rows
-    SAa = SA[..., a]
-    # d^2 F / d z_{ia} d A_{cq}, as (..., B, P(a), C, P(q)); the bias part (..., B, P(a), C)
-    eye = torch.eye(P, dtype=z.dtype, device=z.device)[a]
+    eye = torch.eye(P, dtype=z.dtype, device=z.device)
+    if isinstance(rows, torch.Tensor):  # each point's own rows: gather them
+        idx = rows.to(device=z.device)
+        SAa = SA.gather(-1, idx[:, None, None, :].expand(*SA.shape[:-1], idx.shape[-1]))
+        Aa = A.gather(-1, idx[:, None, :].expand(*A.shape[:-1], idx.shape[-1]))
+        eye_a = eye[idx][:, None, :, None, :]  # (k, 1, R, 1, P)
+    else:
+        a = slice(None) if rows is None else rows
+        SAa, Aa, eye_a = SA[..., a], A[..., a], eye[a][:, None, :]
+    # d^2 F / d z_{ia} d A_{cq}, as (..., B, R(a), C, P(q)); the bias part (..., B, R(a), C)
     dA = (SAa.transpose(-1, -2)[..., :, :, :, None] * z[..., :, None, None, :]) + (
-        g[..., :, None, :, None] * eye[:, None, :]
+        g[..., :, None, :, None] * eye_a
     )
-    parts = [dA.reshape(*lead, B, eye.shape[0], C * P)]
+    parts = [dA.reshape(*lead, B, SAa.shape[-1], C * P)]
     if layer.bias is not None:
         parts.append(SAa.transpose(-1, -2))
-    theta_cols = torch.cat(parts, dim=-1)  # (..., B, P(a), n0): rows (i, a)
-    zz = A[..., a].transpose(-1, -2)[..., None, :, :] @ SA  # (..., B, P(a), P): (A^T S_i A)_{aq}
+    theta_cols = torch.cat(parts, dim=-1)  # (..., B, R(a), n0): rows (i, a)
+    zz = Aa.transpose(-1, -2)[..., None, :, :] @ SA  # (..., B, R(a), P): (A^T S_i A)_{aq}
     return (theta_cols / B, zz / B) if mean else (theta_cols, zz)
 
 
@@ -497,20 +504,26 @@ def embedding_hessian_factors_at(
         ]
     f64 = torch.float64
     off = [0, *itertools.accumulate(sizes)]
-    by_block: dict[int, list[int]] = {}
+    # one batch per row count: the server's points (every row), and the parties' points of
+    # each block size, each with its own block's rows only
+    batches: dict[int, list[int]] = {}
     for k, (_, _, m) in enumerate(points):
-        by_block.setdefault(m, []).append(k)
+        batches.setdefault(off[m] - off[m - 1] if m else 0, []).append(k)
     out: list[GramFactors | None] = [None] * len(points)
-    for m, ks in by_block.items():  # the points of one block in one batch, its rows only
+    for size, ks in batches.items():
+        rows = None
+        if size:
+            rows = torch.stack([torch.arange(off[points[k][2] - 1], off[points[k][2]]) for k in ks])
         theta_cols, zz = linear_head_second_derivatives(
             layer,
             torch.stack([points[k][0].detach().to(f64).reshape(-1) for k in ks]),
             torch.stack([points[k][1].detach().to(f64) for k in ks]),
             y,
-            rows=slice(off[m - 1], off[m]) if m else None,
+            rows=rows,
         )
         B, Pm, n0 = theta_cols.shape[1:]
         for k, tc, zk in zip(ks, theta_cols, zz):
+            m = points[k][2]
             if m == 0 or B * Pm > n0 + B * (off[-1] - Pm):  # the column side is the shorter
                 out[k] = GramFactors.of(_linear_head_block(tc, zk, off, m))
             else:

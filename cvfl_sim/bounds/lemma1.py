@@ -221,8 +221,11 @@ class Lemma1Probe:
         Local steps probed in a probed round: ``0``; ``{0, Q-1}``; every step; or the given ones
         (steps ``>= Q`` are ignored).
     tight : bool
-        Also evaluate the tight bound of C4.5 (ours, :mod:`cvfl_sim.bounds.tight_term`) at the probed
-        local steps 0 (round starts), for the report's tight / left column.
+        Also evaluate the tight bound of C4.5 (ours, :mod:`cvfl_sim.bounds.tight_term`) at every
+        probed local step, each block at its own point of Lemma 1, for the report's tight / left
+        column. At a round start it bounds the expectation over the round's dither; at a later
+        step the point itself depends on that dither, so there it is an *estimate* (the
+        realised form for biased compressors such as top-k has no dither and bounds every step).
     sampled : int
         Dither draws of the confidence bound of C4.8 (ours,
         :func:`cvfl_sim.bounds.sampled_lemma1.sampled_lemma1_bound`) at the probed local steps 0,
@@ -404,6 +407,8 @@ class Lemma1Probe:
                     compressors,
                     server_compressor,
                     J,
+                    Z,
+                    t0,
                 )
             )
             sampled = (
@@ -429,7 +434,8 @@ class Lemma1Probe:
                 "G": G,
                 "E_realised": E_real,
                 "E_expected": E_exp,
-                "tight": tight,
+                "tight": None if tight is None else tight[0],
+                "tight_kind": None if tight is None else tight[1],
                 "sampled": sampled,
             }
         self._rows.append(row)
@@ -448,21 +454,25 @@ class Lemma1Probe:
         compressors: Sequence[Any],
         server_compressor: Any,
         jacobians: Sequence[EmbeddingJacobian],
-    ) -> np.ndarray | None:
-        r"""The tight Lemma-1 bound of C4.5 (ours) at a round start, ``nan`` where it does not apply.
+        stale: torch.Tensor | None,
+        theta0: torch.Tensor | None,
+    ) -> tuple[np.ndarray, str] | None:
+        r"""The tight Lemma-1 bound of C4.5 (ours) at this step's points, and its kind.
 
-        Computed only at local step 0, where the current models are the round-start ones the
-        bound is stated at: :func:`cvfl_sim.bounds.tight_term.tight_lemma1_bound_for` (expectation over
-        the dither) for dithered quantizers, :func:`~cvfl_sim.bounds.tight_term.realised_lemma1_bound`
-        (the realised errors) for biased ones such as top-k.
+        :func:`cvfl_sim.bounds.tight_term.tight_lemma1_bound_for` (``"dithered"``: the
+        expectation over the round's dither) for dithered quantizers,
+        :func:`~cvfl_sim.bounds.tight_term.realised_lemma1_bound` (``"realised"``: the round's
+        realised errors) for biased ones such as top-k; at a later step given the round's start
+        ``stale``, ``theta0`` (block ``m`` at its own point), at step 0 at the models themselves
+        (the round start's); ``nan`` and ``"none"`` where neither applies (a non-linear head).
         """
         if not self.tight:
             return None
         from .tight_term import realised_lemma1_bound, tight_lemma1_bound_for
 
-        out = np.full(len(parties) + 1, np.nan)
-        if step != 0:
-            return out
+        if step == 0:  # every block's point is the round start: no need to tell it apart
+            stale = theta0 = None
+
         try:
             res = tight_lemma1_bound_for(
                 parties,
@@ -473,13 +483,25 @@ class Lemma1Probe:
                 server_compressor,
                 jacobians=jacobians,
                 sup_form=False,
+                stale=stale,
+                theta0=theta0,
             )
         except ValueError:  # a biased compressor (or a head the bound does not cover)
             try:
-                res = realised_lemma1_bound(parties, server, x, y, errors, server_error)
+                res = realised_lemma1_bound(
+                    parties,
+                    server,
+                    x,
+                    y,
+                    errors,
+                    server_error,
+                    jacobians=jacobians,
+                    stale=stale,
+                    theta0=theta0,
+                )
             except ValueError:
-                return out
-        return np.asarray(res.bound, dtype=np.float64)
+                return np.full(len(parties) + 1, np.nan), "none"
+        return np.asarray(res.bound, dtype=np.float64), res.method
 
     def _sampled(
         self,
@@ -573,7 +595,12 @@ class Lemma1Report(Table):
         ``(P, M + 1)`` the probed round's errors (block 0 the server model's); the expected ones
         are ``nan`` with error feedback.
     tight : numpy.ndarray or None
-        ``(P, M + 1)`` :func:`cvfl_sim.bounds.tight_term.tight_lemma1_bound` when it was available.
+        ``(P, M + 1)`` the tight bound of C4.5 (ours) at every probe, each block at its own point
+        (``nan`` where it does not apply), when it was asked for.
+    tight_kinds : list of str
+        Per probe, how it was evaluated: ``"dithered"`` (an expectation over the round's dither:
+        a bound at a round start, an estimate at a later step), ``"realised"`` (the realised
+        errors of a biased compressor: a bound at every step) or ``"none"``.
     sampled : numpy.ndarray or None
         ``(P, M + 1)`` :func:`cvfl_sim.bounds.sampled_lemma1.sampled_lemma1_bound` (C4.8) where
         the probe evaluated it (round starts; ``nan`` elsewhere), ``None`` without ``sampled``.
@@ -607,6 +634,7 @@ class Lemma1Report(Table):
         self.E_realised = arr("E_realised")
         self.E_expected = arr("E_expected")
         self.tight = None if rows[0]["tight"] is None else arr("tight")
+        self.tight_kinds = [str(r.get("tight_kind")) for r in rows]
         self.sampled = None if rows[0].get("sampled") is None else arr("sampled")
         self.delta = delta
         self.sampled_skipped = list(sampled_skipped)
@@ -688,8 +716,8 @@ class Lemma1Report(Table):
         r"""``(M + 1,)`` sum of the tight bounds / sum of the left sides, over the probes with both.
 
         The tight bound (C4.5) bounds the *expectation* of the left side over the dither at a round
-        start, so one probe's realised left side may exceed it without contradicting it (at 4 bits
-        the bound is within ~1.2x of that expectation). Summed over the probes, the realised left
+        start (and estimates it at later steps), so one probe's realised left side may exceed it
+        without contradicting it (at 4 bits the bound is within ~1.2x of that expectation). Summed over the probes, the realised left
         sides estimate the sum of their conditional expectations (the differences form a martingale
         difference sequence), so a ratio of sums well below 1 would contradict the bound; a ratio of
         sums is the run-level comparison. ``nan`` for a block whose left sides are all 0.

@@ -463,14 +463,15 @@ class BoundCheck(Table):
         The evaluated theorem with the recovered term 3 (:math:`H_m^2 G_m^2 \sum_{j\ne m}E_j`).
     forms : dict of str to BoundTerms
         The bounds: ``"recovered"`` and, with a Lemma-1 report of a run with ``Q = 1`` whose
-        every round start was probed (or of a run without compression error),
-        ``"tight (C4.5, ours)"``.
+        every round start was probed, of a top-k run whose every local step was probed (the
+        realised form), or of a run without compression error, ``"tight (C4.5, ours)"``.
     estimates : dict of str to BoundTerms
         Estimates, not bounds: ``"plug-in (measured Lemma 1)"`` puts the probe's realised left
         sides (one dither draw per probed step; unprobed rounds at their mean) where the theorem
         needs an expectation; ``"tight (C4.5, ours)"`` is here where it is not a bound for the
-        run (``Q > 1``: proved at local step 0 only; or round starts without a probe, filled
-        with the probed ones' mean).
+        run (``Q > 1``: not evaluated at every local step, or at points that depend on the
+        round's dither after its start; or rounds without a probe, filled with the probed ones'
+        mean).
     hypotheses : Applicability
         The theorem's hypotheses on the run (``applies``, ``why``).
     observed : float
@@ -659,8 +660,9 @@ def _bound_per_round(
 ) -> tuple[np.ndarray, int] | None:
     """``(R, M + 1)`` per-round Lemma-1 bounds and how many rounds had one.
 
-    The bounds (C4.5 or C4.8) are evaluated at round starts; the rounds without a probe get the
-    probed rounds' mean (an estimate there, not a bound).
+    Each round gets the mean of its probed steps' bounds (C4.5 at every probed step, C4.8 at
+    round starts); the rounds without a probe get the probed rounds' mean (an estimate there,
+    not a bound).
     """
     if values is None:
         return None
@@ -668,10 +670,34 @@ def _bound_per_round(
     if not rows.any():
         return None
     out = np.full((R, values.shape[1]), np.nan)
-    out[rounds[rows]] = values[rows]
+    for r in np.unique(rounds[rows]):
+        out[r] = values[rows & (rounds == r)].mean(axis=0)
     probed = int(np.count_nonzero(~np.isnan(out[:, 0])))
-    out[np.isnan(out[:, 0])] = values[rows].mean(axis=0)
+    out[np.isnan(out[:, 0])] = np.nanmean(out, axis=0)
     return out, probed
+
+
+def _later_steps(name: str, values: np.ndarray, lemma1: Any, R: int, Q: int) -> list[str]:
+    """Why a Lemma-1 form is not a bound at the local steps after the round starts (``Q > 1``).
+
+    C4.8 is evaluated at round starts only; C4.5 at every probed step, where its dithered form
+    is an expectation at a point that itself depends on the round's dither (an estimate) and its
+    realised form (biased compressors) bounds the step. Either must also have been evaluated at
+    every local step it is charged to.
+    """
+    if name.startswith("sampled"):
+        return [f"charged to all {Q} local steps, proved at step 0 only"]
+    keep = np.isfinite(values).all(axis=1) & (lemma1.rounds < R)
+    out = []
+    per_round = [len(np.unique(lemma1.steps[keep & (lemma1.rounds == r)])) for r in range(R)]
+    probed = [n for n in per_round if n]
+    if min(probed) < Q:
+        many = f"{min(probed)}" if min(probed) == max(probed) else f"{min(probed)}-{max(probed)}"
+        out.append(f"evaluated at {many} of the {Q} local steps of a probed round")
+    kinds = {k for k, ok in zip(lemma1.tight_kinds, keep) if ok}
+    if kinds != {"realised"} and np.any(lemma1.steps[keep] > 0):
+        out.append("an expectation at points that depend on the round's dither after its start")
+    return out
 
 
 class _SharedArgs(TypedDict):
@@ -840,22 +866,23 @@ def bound_vs_observed(
         probed = len(np.unique(lemma1.rounds[lemma1.rounds < R]))
         level = f"; all at once with probability >= {1 - (lemma1.delta or 0.0):g}"
         for name, values, what in (
-            ("tight (C4.5, ours)", lemma1.tight, "tight bound at the round starts"),
+            ("tight (C4.5, ours)", lemma1.tight, "tight bound at the probed steps"),
             ("sampled (C4.8, ours)", lemma1.sampled, "confidence bound at the round starts"),
         ):
             per_round = _bound_per_round(values, lemma1.rounds, R)
             if per_round is None:
                 continue
-            # a bound where it was evaluated at every step it is charged to (each round's
-            # start, one local step per round), or where no round had an error (no
-            # compression: Lemma 1's left side is 0 at every step); else an estimate
+            # a bound where it was evaluated at every step it is charged to and is a bound at
+            # each, or where no round had an error (no compression: Lemma 1's left side is 0
+            # at every step); else an estimate
             per_values, starts = per_round
+            assert values is not None
             gaps = []
             if E.any():
                 if starts < R:
-                    gaps.append(f"{starts} of {R} round starts probed, the others at their mean")
+                    gaps.append(f"{starts} of {R} rounds probed, the others at their mean")
                 if Q > 1:
-                    gaps.append(f"charged to all {Q} local steps, proved at step 0 only")
+                    gaps += _later_steps(name, values, lemma1, R, Q)
             (plug if gaps else term3)[name] = {"lemma1": per_values}
             notes[name] = (
                 what

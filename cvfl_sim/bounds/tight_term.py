@@ -36,7 +36,9 @@ deterministic bound from the realised errors (no :math:`1/B` gain).
 
 Both bounds are evaluated at a round start (local step 0, :math:`\Phi_m = \Phi^{t_0}`, the
 fresh embeddings of the given parameters), conditionally on the batch and the parameters; the
-expectation is over the dither only.
+expectation is over the dither only. Given the round's start (``stale``, ``theta0``) they are
+evaluated at a later local step, each block at its own point of Lemma 1; the dithered one is then
+an estimate (the point depends on the round's dither), the realised one still a bound.
 
 References
 ----------
@@ -265,13 +267,27 @@ def _kinds(kind: Any, M: int) -> tuple[str, ...]:
 # per-sample derivatives (closed forms for the plain models, torch.func otherwise)
 # ---------------------------------------------------------------------------------------------
 @dataclass
+class _Point:
+    """The head's per-sample derivatives at one evaluation point ``(θ_0, z)`` (numpy, float64)."""
+
+    z: np.ndarray  # (B, P) concatenated embeddings
+    Hzz: np.ndarray  # (B, P, P) per-sample Hessian of the loss in the embeddings
+    A0: np.ndarray  # (B, N0, P) per-sample d(grad_theta0 loss)/dz
+    W: np.ndarray | None  # a linear head's weight and bias at theta_0 (else None)
+    bias: np.ndarray | None
+
+    @property
+    def zeta(self) -> np.ndarray:
+        r""":math:`\sqrt{\|z_i\|^2 + 1}` per sample."""
+        return np.sqrt(np.sum(self.z**2, axis=1) + 1.0)
+
+
+@dataclass
 class _Derivatives:
-    z: torch.Tensor  # (B, P) concatenated embeddings
     sizes: list[int]  # P_1..P_M
-    Hzz: torch.Tensor  # (B, P, P) per-sample Hessian of the loss in the embeddings
-    A0: torch.Tensor  # (B, N0, P) per-sample d(grad_theta0 loss)/dz
     J: list[EmbeddingJacobian]  # per party: per-sample Jacobians of h_m in theta_m
     n0: int
+    at: list[_Point]  # block m's evaluation point, m = 0..M (one object where they coincide)
 
 
 def _derivatives(
@@ -281,14 +297,26 @@ def _derivatives(
     y: Any,
     loss: Any = None,
     jacobians: Sequence[EmbeddingJacobian] | None = None,
+    embeddings: Sequence[torch.Tensor] | None = None,
+    round_start: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> _Derivatives:
+    r"""Per-sample derivatives at every block's evaluation point.
+
+    Without ``round_start`` every block is evaluated at the round start: the server's
+    parameters and the parties' fresh embeddings. With ``round_start = (stale, theta0)``, at a
+    later local step of the round: the server block at (its current parameters, the stale
+    embeddings :math:`H^{t_0}`), party ``m`` at (:math:`\theta_0^{t_0}`, :math:`H^{t_0}` with its
+    own block replaced by its fresh embedding) -- the points of Lemma 1 (C2).
+    """
     from ..vfl.models import LinearHead
 
-    with torch.no_grad():
-        H = [p(x) for p, x in zip(parties, inputs)]
+    if embeddings is None:
+        with torch.no_grad():
+            H = [p(x) for p, x in zip(parties, inputs)]
+    else:
+        H = list(embeddings)
     sizes = [int(h.shape[1]) for h in H]
-    z = torch.cat(H, dim=1).detach()
-    B, P = z.shape
+    B = int(H[0].shape[0])
     J = list(jacobians) if jacobians is not None else embedding_jacobians(parties, inputs)
     if [(j.B, j.P, j.N) for j in J] != [
         (B, Pm, sum(q.numel() for q in net.parameters())) for net, Pm in zip(parties, sizes)
@@ -297,13 +325,69 @@ def _derivatives(
             "jacobians must be one EmbeddingJacobian of (B, P_m, |θ_m|) per party, got "
             f"{[(j.B, j.P, j.N) for j in J]}"
         )
-    sp = {k: v.detach() for k, v in server.named_parameters()}
+    fresh = torch.cat([h.detach() for h in H], dim=1)
+    now = flat_params(server).to(fresh.dtype)
+    if round_start is None:
+        points = [(now, fresh)]
+        which = [0] * (len(H) + 1)
+    else:
+        stale, theta0 = (t.detach().to(fresh.dtype) for t in round_start)
+        if stale.shape != fresh.shape or theta0.reshape(-1).shape != now.shape:
+            raise ValueError(
+                f"the round start must hold stale embeddings of shape {tuple(fresh.shape)} and "
+                f"{now.numel()} server parameters, got {tuple(stale.shape)} and "
+                f"{theta0.numel()}"
+            )
+        off = [0, *np.cumsum(sizes).tolist()]
+        points = [(now, stale)] + [
+            (
+                theta0.reshape(-1),
+                torch.cat([stale[:, : off[m]], H[m].detach(), stale[:, off[m + 1] :]], dim=1),
+            )
+            for m in range(len(H))
+        ]
+        which = list(range(len(H) + 1))
+    head = linear_softmax_head(server)  # its weight and bias are all of θ_0, in that order
+
+    def weights(t: torch.Tensor) -> tuple[np.ndarray | None, np.ndarray | None]:
+        if head is None:
+            return None, None
+        w = head.weight.numel()
+        return _np(t[:w].reshape(head.weight.shape)), _np(t[w:])
 
     lin = plain_linear(server, LinearHead) if loss is None else None
     if lin is not None:  # closed forms (the same values as the torch.func path below)
-        theta_cols, zz = linear_head_second_derivatives(lin, flat_params(server), z, y, mean=False)
-        A0c = theta_cols.transpose(1, 2)
-        return _Derivatives(z, sizes, zz, A0c, J, int(A0c.shape[1]))
+        theta_cols, zz = linear_head_second_derivatives(
+            lin,
+            torch.stack([t for t, _ in points]),
+            torch.stack([z for _, z in points]),
+            y,
+            mean=False,
+        )
+        at = [
+            _Point(_np(z), _np(zz[k]), _np(theta_cols[k].transpose(1, 2)), *weights(t))
+            for k, (t, z) in enumerate(points)
+        ]
+    else:
+        at = [_point_by_autograd(server, t, z, y, loss, *weights(t)) for t, z in points]
+    return _Derivatives(sizes, J, int(at[0].A0.shape[1]), [at[k] for k in which])
+
+
+def _point_by_autograd(
+    server: nn.Module,
+    theta0: torch.Tensor,
+    z: torch.Tensor,
+    y: Any,
+    loss: Any,
+    W: np.ndarray | None,
+    bias: np.ndarray | None,
+) -> _Point:
+    """A head without closed forms: :mod:`torch.func` per-sample derivatives at ``(θ_0, z)``."""
+    B, P = z.shape
+    sp, off = {}, 0
+    for k, v in server.named_parameters():
+        sp[k] = theta0[off : off + v.numel()].reshape(v.shape).detach()
+        off += v.numel()
 
     def ell(params: dict[str, torch.Tensor], zi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
         logits = functional_call(server, params, (zi.unsqueeze(0),))
@@ -314,7 +398,7 @@ def _derivatives(
     Hzz = vmap(jacrev(jacrev(ell, argnums=1), argnums=1), in_dims=(None, 0, 0))(sp, z, y)
     A0d = vmap(jacrev(jacrev(ell, argnums=0), argnums=1), in_dims=(None, 0, 0))(sp, z, y)
     A0 = torch.cat([A0d[k].reshape(B, -1, P) for k in sp], dim=1)
-    return _Derivatives(z, sizes, Hzz.detach(), A0.detach(), J, int(A0.shape[1]))
+    return _Point(_np(z), _np(Hzz.detach()), _np(A0.detach()), W, bias)
 
 
 def _blocks(sizes: Sequence[int]) -> list[slice]:
@@ -686,9 +770,43 @@ def tight_lemma1_bound(
     (True, (3,))
     """
     M, B = check_lemma1_models(parties, server, inputs, y)
-    s2 = _variances(error_var, M, B)  # (M, B)
-    s0 = float(_variances([server_error_var], 1, 1)[0, 0])
-    kinds = _kinds(kind, M)
+    return _tight_bound(
+        parties,
+        server,
+        inputs,
+        y,
+        _variances(error_var, M, B),  # (M, B)
+        float(_variances([server_error_var], 1, 1)[0, 0]),
+        _kinds(kind, M),
+        remainder,
+        loss,
+        jacobians,
+        sup_form,
+        None,
+    )
+
+
+def _tight_bound(
+    parties: Sequence[nn.Module],
+    server: nn.Module,
+    inputs: Sequence[torch.Tensor],
+    y: torch.Tensor,
+    s2: np.ndarray,
+    s0: float,
+    kinds: tuple[str, ...],
+    remainder: bool,
+    loss: Any,
+    jacobians: Sequence[EmbeddingJacobian] | None,
+    sup_form: bool,
+    embeddings: Sequence[torch.Tensor] | None,
+    round_start: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> TightLemma1:
+    """:func:`tight_lemma1_bound` once its models and variances are checked.
+
+    ``embeddings``: the parties' fresh embeddings, where the caller has them; ``round_start``:
+    as in :func:`_derivatives`.
+    """
+    M, B = s2.shape
     if remainder not in (True, False):
         raise TypeError(f"remainder must be True or False, got {remainder!r}")
     head = linear_softmax_head(server)
@@ -700,46 +818,54 @@ def tight_lemma1_bound(
             f"LinearHead, without hooks); got {type(server).__name__}: pass remainder=False for the first-order "
             "term only (not a bound)"
         )
-    d = _derivatives(parties, server, inputs, y, loss, jacobians)
+    d = _derivatives(parties, server, inputs, y, loss, jacobians, embeddings, round_start)
     blk = _blocks(d.sizes)
-    Hzz, A0 = _np(d.Hzz), _np(d.A0)
     J = d.J
     first = np.zeros(M + 1)
     rem = np.zeros(M + 1)
     # the sup form, sum over (block, stack, factor) of factor * max_i ||stack_i||^2
     sup_terms: list[tuple[int, np.ndarray, float]] = []
     # m = 0: J = I, only the parties' errors
+    at = d.at[0]
     for j in range(M):
-        first[0] += _party_part(None, A0[:, :, blk[j]], s2[j])
-        sup_terms.append((0, A0[:, :, blk[j]], d.sizes[j] * float(np.max(s2[j])) / B))
-    W = _np(head.weight) if head is not None else None
-    zeta = np.sqrt(np.sum(_np(d.z) ** 2, axis=1) + 1.0)
+        first[0] += _party_part(None, at.A0[:, :, blk[j]], s2[j])
+        sup_terms.append((0, at.A0[:, :, blk[j]], d.sizes[j] * float(np.max(s2[j])) / B))
+    soft = {}  # the softmax quantities of each distinct point
     if remainder:
-        assert W is not None
-        sm = _softmax_at(W, _np(head.bias), _np(d.z))  # type: ignore[union-attr]
+        assert at.W is not None and at.bias is not None
+        soft[id(at)] = _softmax_at(at.W, at.bias, at.z)
         one = np.ones(B)
-        rem[0] = _dithered_remainder(0, W, d.sizes, zeta, s2, s0, one, one, sm, kinds) ** 2
+        rem[0] = (
+            _dithered_remainder(0, at.W, d.sizes, at.zeta, s2, s0, one, one, soft[id(at)], kinds)
+            ** 2
+        )
     for m in range(1, M + 1):
+        at = d.at[m]
         Jm = J[m - 1]
         K = Jm.sample_grams()  # (B, P_m, P_m): J_i J_i^T
         G2 = np.linalg.eigvalsh(K)[:, -1].clip(min=0.0)
         for j in range(M):
             if j == m - 1:
                 continue
-            A = Hzz[:, blk[m - 1], blk[j]]
+            A = at.Hzz[:, blk[m - 1], blk[j]]
             first[m] += _party_part(K, A, s2[j])
             factor = float(np.max(G2)) * d.sizes[j] * float(np.max(s2[j])) / B
             sup_terms.append((m, A, factor))
         if s0 > 0:
-            A_m0 = A0[:, :, blk[m - 1]]  # (B, N0, P_m)
+            A_m0 = at.A0[:, :, blk[m - 1]]  # (B, N0, P_m)
             first[m] += _server_part(Jm, A_m0, s0)
             factor = float(np.max(G2)) * min(d.sizes[m - 1], d.n0) * s0
             sup_terms.append((m, A_m0, factor))
         if remainder:
-            assert W is not None
-            GW = _op_norm_wj(W[:, blk[m - 1]], K)
+            assert at.W is not None and at.bias is not None
+            if id(at) not in soft:
+                soft[id(at)] = _softmax_at(at.W, at.bias, at.z)
+            GW = _op_norm_wj(at.W[:, blk[m - 1]], K)
             rem[m] = (
-                _dithered_remainder(m, W, d.sizes, zeta, s2, s0, np.sqrt(G2), GW, sm, kinds) ** 2
+                _dithered_remainder(
+                    m, at.W, d.sizes, at.zeta, s2, s0, np.sqrt(G2), GW, soft[id(at)], kinds
+                )
+                ** 2
             )
     sup = np.zeros(M + 1) if sup_form else np.full(M + 1, np.nan)
     if sup_form:
@@ -760,6 +886,8 @@ def tight_lemma1_bound_for(
     remainder: bool = True,
     jacobians: Sequence[EmbeddingJacobian] | None = None,
     sup_form: bool = True,
+    stale: torch.Tensor | None = None,
+    theta0: torch.Tensor | None = None,
 ) -> TightLemma1:
     r""":func:`tight_lemma1_bound` with the error laws read from the package's compressors.
 
@@ -776,33 +904,69 @@ def tight_lemma1_bound_for(
         :math:`C_0` of the flattened server model (``None``: no server compression).
     remainder, jacobians, sup_form
         As in :func:`tight_lemma1_bound`.
+    stale, theta0 : torch.Tensor, optional
+        The round's start, for a later local step of the round (both or neither): the stale
+        embeddings :math:`H^{t_0}`, ``(B, ΣP_m)``, the compressors' inputs, and the flat server
+        parameters :math:`\theta_0^{t_0}`, the server compressor's input. Block ``m`` is then
+        evaluated at its own point of Lemma 1 (C2): party ``m``'s current model for its block
+        (``parties``), :math:`H^{t_0}` for the others and :math:`\theta_0^{t_0}` for the head;
+        the server block at ``server``'s current parameters on :math:`H^{t_0}`. The error laws
+        are read at the round start. At a later step the point depends on the dither the round
+        drew, so the value is an *estimate* of the expectation there, not a bound. Without
+        them: the round start itself (``parties`` and ``server`` hold the round-start models).
 
     Returns
     -------
     TightLemma1
     """
-    M, _ = check_lemma1_models(parties, server, inputs, y)
+    M, B = check_lemma1_models(parties, server, inputs, y)
     comps = list(compressors) if isinstance(compressors, Sequence) else [compressors] * M
     if len(comps) != M:
         raise ValueError(f"compressors must be one compressor or M = {M}, got {len(comps)}")
     with torch.no_grad():
         H = [p(x) for p, x in zip(parties, inputs)]
-        theta0 = flat_params(server).reshape(1, -1)
-    s2 = [error_variances(c, h) for c, h in zip(comps, H)]
-    s0 = float(error_variances(server_compressor, theta0)[0])
+    start = _check_round_start(H, server, stale, theta0)
+    inputs_c = H if stale is None else list(stale.detach().split([h.shape[1] for h in H], 1))
+    s2 = [error_variances(c, h) for c, h in zip(comps, inputs_c)]
+    s0 = float(error_variances(server_compressor, start.reshape(1, -1))[0])
     kinds = [error_kind(server_compressor)] + [error_kind(c) for c in comps]
-    return tight_lemma1_bound(
+    return _tight_bound(
         parties,
         server,
         inputs,
         y,
-        s2,
-        server_error_var=s0,
-        kind=kinds,
-        remainder=remainder,
-        jacobians=jacobians,
-        sup_form=sup_form,
+        _variances(s2, M, B),
+        float(_variances([s0], 1, 1)[0, 0]),
+        _kinds(kinds, M),
+        remainder,
+        None,
+        jacobians,
+        sup_form,
+        H,
+        None if stale is None else (stale, start),
     )
+
+
+def _check_round_start(
+    H: Sequence[torch.Tensor],
+    server: nn.Module,
+    stale: torch.Tensor | None,
+    theta0: torch.Tensor | None,
+) -> torch.Tensor:
+    """The round start's flat server parameters (the server's own without ``stale``), checked."""
+    if (stale is None) != (theta0 is None):
+        raise ValueError("stale and theta0 describe the round's start: pass both or neither")
+    now = flat_params(server)
+    if stale is None or theta0 is None:
+        return now
+    shape = (int(H[0].shape[0]), sum(int(h.shape[1]) for h in H))
+    if tuple(stale.shape) != shape or theta0.numel() != now.numel():
+        raise ValueError(
+            f"stale must be the (B, ΣP_m) = {shape} round-start embeddings and theta0 the "
+            f"{now.numel()} round-start server parameters, got {tuple(stale.shape)} and "
+            f"{theta0.numel()} entries"
+        )
+    return theta0.detach().reshape(-1)
 
 
 def realised_lemma1_bound(
@@ -812,6 +976,10 @@ def realised_lemma1_bound(
     y: torch.Tensor,
     errors: Sequence[Any],
     server_error: Any = None,
+    *,
+    jacobians: Sequence[EmbeddingJacobian] | None = None,
+    stale: torch.Tensor | None = None,
+    theta0: torch.Tensor | None = None,
 ) -> TightLemma1:
     r"""Deterministic bound from realised errors, for biased compressors such as top-k (C4.5).
 
@@ -835,6 +1003,10 @@ def realised_lemma1_bound(
         Realised :math:`\varepsilon_j = C_j(h_j) - h_j`, ``(B, P_j)`` per party.
     server_error : tensor, optional
         Realised :math:`C_0(\theta_0) - \theta_0`, flattened in ``server.parameters()`` order.
+    jacobians, stale, theta0
+        As in :func:`tight_lemma1_bound_for`. The errors are the round's, realised at its start;
+        at a later local step (``stale``, ``theta0``) each block is evaluated at its own point,
+        and since nothing here is random the value still bounds that step's left side.
 
     Returns
     -------
@@ -848,49 +1020,64 @@ def realised_lemma1_bound(
             "realised_lemma1_bound needs a linear server head (an nn.Linear with bias, or the "
             f"toolkit's LinearHead, without hooks); got {type(server).__name__}"
         )
-    d = _derivatives(parties, server, inputs, y)
+    with torch.no_grad():
+        H = [p(x) for p, x in zip(parties, inputs)]
+    start = _check_round_start(H, server, stale, theta0)
+    sizes, n0 = [int(h.shape[1]) for h in H], int(start.numel())
     if not isinstance(errors, Sequence) or len(errors) != M:
         raise ValueError(f"errors must hold one (B, P_j) error matrix per party (M = {M})")
     eps = []
     for k, e in enumerate(errors):
         a = np.asarray(e.detach().cpu() if isinstance(e, torch.Tensor) else e, dtype=np.float64)
-        if a.shape != (B, d.sizes[k]) or not np.all(np.isfinite(a)):
-            raise ValueError(f"errors[{k}] must be finite with shape (B, P) = {(B, d.sizes[k])}")
+        if a.shape != (B, sizes[k]) or not np.all(np.isfinite(a)):
+            raise ValueError(f"errors[{k}] must be finite with shape (B, P) = {(B, sizes[k])}")
         eps.append(a)
     if server_error is None:
-        e0 = np.zeros(d.n0)
+        e0 = np.zeros(n0)
     else:
         e0 = np.asarray(
             server_error.detach().cpu() if isinstance(server_error, torch.Tensor) else server_error,
             dtype=np.float64,
         ).reshape(-1)
-        if e0.size != d.n0 or not np.all(np.isfinite(e0)):
-            raise ValueError(f"server_error must be finite with |theta_0| = {d.n0} entries")
+        if e0.size != n0 or not np.all(np.isfinite(e0)):
+            raise ValueError(f"server_error must be finite with |theta_0| = {n0} entries")
+    d = _derivatives(
+        parties,
+        server,
+        inputs,
+        y,
+        jacobians=jacobians,
+        embeddings=H,
+        round_start=None if stale is None else (stale, start),
+    )
     blk = _blocks(d.sizes)
-    Hzz, A0 = _np(d.Hzz), _np(d.A0)
     J = d.J
-    W = _np(head.weight)
-    E = e0[: W.size].reshape(W.shape)  # nn.Linear: weight (row-major), then bias
-    e = e0[W.size :]
-    z = _np(d.z)
+    E = e0[: head.weight.numel()].reshape(head.weight.shape)  # weight (row-major), then bias
+    e = e0[head.weight.numel() :]
     first = np.zeros(M + 1)
     rem = np.zeros(M + 1)
-    lin0 = sum(np.einsum("bnp,bp->n", A0[:, :, blk[j]], eps[j]) for j in range(M)) / B
+    at = d.at[0]
+    lin0 = sum(np.einsum("bnp,bp->n", at.A0[:, :, blk[j]], eps[j]) for j in range(M)) / B
     first[0] = float(np.sum(np.asarray(lin0) ** 2))
     one = np.ones(B)
-    sm = _softmax_at(W, _np(head.bias), z)
-    rem[0] = _realised_remainder(0, W, d.sizes, z, eps, E, e, one, one, sm) ** 2
+    assert at.W is not None and at.bias is not None
+    soft = {id(at): _softmax_at(at.W, at.bias, at.z)}
+    rem[0] = _realised_remainder(0, at.W, d.sizes, at.z, eps, E, e, one, one, soft[id(at)]) ** 2
     for m in range(1, M + 1):
+        at = d.at[m]
+        assert at.W is not None and at.bias is not None
+        if id(at) not in soft:
+            soft[id(at)] = _softmax_at(at.W, at.bias, at.z)
         others = [j for j in range(M) if j != m - 1]
         Jm = J[m - 1]
-        g = sum(np.einsum("bpq,bq->bp", Hzz[:, blk[m - 1], blk[j]], eps[j]) for j in others)
-        g = g + np.einsum("bnp,n->bp", A0[:, :, blk[m - 1]], e0)
+        g = sum(np.einsum("bpq,bq->bp", at.Hzz[:, blk[m - 1], blk[j]], eps[j]) for j in others)
+        g = g + np.einsum("bnp,n->bp", at.A0[:, :, blk[m - 1]], e0)
         lin = Jm.rmatmat(g[None])[0] / B
         first[m] = float(np.sum(lin**2))
         K = Jm.sample_grams()  # (B, P_m, P_m): J_i J_i^T
         G = np.sqrt(np.linalg.eigvalsh(K)[:, -1].clip(min=0.0))
-        GW = _op_norm_wj(W[:, blk[m - 1]], K)
-        rem[m] = _realised_remainder(m, W, d.sizes, z, eps, E, e, G, GW, sm) ** 2
+        GW = _op_norm_wj(at.W[:, blk[m - 1]], K)
+        rem[m] = _realised_remainder(m, at.W, d.sizes, at.z, eps, E, e, G, GW, soft[id(at)]) ** 2
     bound = _minkowski(first, rem)
     nan = np.full(M + 1, np.nan)
     return TightLemma1(first, rem, bound, nan, B, "realised", ("realised",) * (M + 1), True)

@@ -14,7 +14,8 @@ on every local step. Then, in this order:
    :func:`~cvfl_sim.bounds.theorems.bound_vs_observed` in two forms of term 3 -- ``recovered``
    (Lemma 1's right side; proved constants for the analytic model, estimates for the MLP) and
    ``tight (C4.5, ours)``, a bound only at ``Q = 1`` with every round start probed (at ``Q > 1``
-   it is proved at local step 0 only and charged to every step: an estimate, marked so),
+   it is evaluated at local steps ``0`` and ``Q - 1``, at points that depend on the round's
+   dither after its start, and charged to every step: an estimate, marked so),
    ``sampled (C4.8, ours)``, the confidence bound from dither draws (all of a run's at once with
    probability at least ``1 - DELTA``; a bound or an estimate as the tight form; not for top-k,
    whose error is biased) -- and the plug-in *estimate* with the measured Lemma-1 left side.
@@ -549,7 +550,7 @@ def _summary_markdown(s: dict[str, Any]) -> str:
                 f"- Term 3 by {name}, compressed runs where the theorem applies: a bound in "
                 f"{s[f'{f}_bound_runs']} runs (bound / observed median "
                 f"{s[f'{f}_median_ratio_bound']:.4g}), an estimate in {s[f'{f}_estimate_runs']} "
-                "(Q > 1: proved at local step 0 only)."
+                "(Q > 1: not proved after a round's start)."
                 for f, name in (
                     ("tight", "the tight term (C4.5, ours)"),
                     ("sampled", f"C4.8 (ours, all at once with probability >= {1 - DELTA:g})"),
