@@ -296,6 +296,15 @@ def test_the_tight_form_is_a_bound_only_where_it_was_evaluated_at_every_step_cha
     probe_first = Lemma1Probe(every=1, steps="first")  # step 0 only, charged to step 1 too
     first = bound_vs_observed(train(ds, cfg, probe=probe_first), c, lemma1=probe_first.report())
     assert name in first.estimates
+    # a dithered quantizer that clips: the expectation is not covered, so the realised errors of
+    # the run's one dither draw stand in for it, an estimate even at Q = 1 with every step probed
+    for kw in ({}, {"Q": 2}):
+        cfg = _cfg(ScalarQuantizer(2, range=(-0.05, 0.05)), epochs=1, **kw)
+        probe = Lemma1Probe(every=1, steps="all")
+        clipped = bound_vs_observed(train(ds, cfg, probe=probe), c, lemma1=probe.report())
+        assert set(probe.report().tight_kinds) == {"realised draw"}, kw
+        assert name in clipped.estimates and name not in clipped.forms, kw
+        assert any("dither draw" in str(note) for note in clipped.column("note")), kw
     # without compression Lemma 1's left side is 0 at every step: the tight form is exact
     cfg = _cfg(None, epochs=1, Q=2)
     probe = Lemma1Probe(every=2, steps="first")

@@ -427,10 +427,13 @@ def test_later_steps_evaluate_each_block_at_its_own_point(realised):
     errors = [torch.full((10, 4), 0.01 * (k + 1), dtype=torch.float64) for k in range(2)]
     server_error = torch.full_like(theta0, -0.003)
 
+    # a dithered server compressor: its error law is read at the round start's theta0
+    q0 = ScalarQuantizer(3)
+
     def bound(ps, srv, **start):
         if realised:
             return tt.realised_lemma1_bound(ps, srv, xs, y, errors, server_error, **start).bound
-        return tt.tight_lemma1_bound_for(ps, srv, xs, y, q2, Identity(), **start).bound
+        return tt.tight_lemma1_bound_for(ps, srv, xs, y, q2, q0, **start).bound
 
     got = bound(parties, server, stale=stale, theta0=theta0)
     fixed = [_Fixed(b) for b in stale.split(sizes, 1)]
@@ -445,3 +448,22 @@ def test_later_steps_evaluate_each_block_at_its_own_point(realised):
         bound(parties, server, stale=stale)
     with pytest.raises(ValueError, match="round-start"):
         bound(parties, server, stale=stale[:, :5], theta0=theta0)
+
+
+def test_a_saturated_head_with_a_wide_ball_gives_no_nan():
+    """Logit gaps above ~745 (the off-top probability underflows to 0) and a ball of radius
+    above ~500 (its exponential overflows): 0 * inf must not make the bound nan.
+
+    The local constants there must be the global ones (the top class can change on the ball).
+    """
+    parties, server, xs, y = _ce_setup(3, 2e4, B=8)  # logit gaps 80 to 6000
+    r = tt.tight_lemma1_bound_for(parties, server, xs, y, ScalarQuantizer(2), ScalarQuantizer(2))
+    assert not np.isnan(r.bound).any() and np.all(r.bound >= r.first_order)
+    W, b = server.weight.detach().numpy(), server.bias.detach().numpy()
+    with torch.no_grad():
+        z = torch.cat([p(x) for p, x in zip(parties, xs)], 1).numpy()
+    sm = tt._softmax_at(W, b, z)
+    assert np.all(sm.delta > 0)  # an upper bound even where it underflowed
+    lam, kap = tt._local_constants(sm, np.full(len(z), 1e3))
+    np.testing.assert_array_equal(lam, tt.SOFTMAX_LIPSCHITZ)
+    np.testing.assert_array_equal(kap, tt.CE_THIRD)

@@ -33,8 +33,9 @@ class Float64Mirror:
     A probe evaluates every probed step on float64 copies of the current models (its
     differences of close gradients need the precision). Deep-copying the modules at every
     probed step cost more than the copy itself; here the structure is copied once and the
-    parameters and buffers are copied into it at each call, for as long as the same module
-    objects are passed (other objects, or a different number, are deep-copied again).
+    parameters, buffers and training flags are copied into it at each call, for as long as the
+    same module objects, with parameters and buffers of the same shapes, are passed (otherwise
+    they are deep-copied again).
     """
 
     def __init__(self) -> None:
@@ -44,7 +45,7 @@ class Float64Mirror:
     def __call__(self, models: Sequence[nn.Module]) -> list[nn.Module]:
         """The float64 copies of ``models``, with their current values."""
         same = len(models) == len(self._sources) and all(
-            a is b for a, b in zip(models, self._sources)
+            a is b and _same_shapes(c, a) for a, b, c in zip(models, self._sources, self._copies)
         )
         if not same:
             self._sources = list(models)
@@ -56,7 +57,15 @@ class Float64Mirror:
                     p.copy_(q)
                 for a, b in zip(mirror.buffers(), model.buffers()):
                     a.copy_(b)
+                for c, d in zip(mirror.modules(), model.modules()):
+                    c.training = d.training
         return self._copies
+
+
+def _same_shapes(mirror: nn.Module, model: nn.Module) -> bool:
+    """Whether two modules hold parameters and buffers of the same shapes, in the same order."""
+    shapes = [[tuple(t.shape) for t in (*m.parameters(), *m.buffers())] for m in (mirror, model)]
+    return shapes[0] == shapes[1]
 
 
 def check_all_trained(parties: Sequence[nn.Module], server: nn.Module, what: str) -> None:
@@ -176,10 +185,16 @@ def server_loss(
     return nn.functional.cross_entropy(logits, y)
 
 
+def with_block(Z: torch.Tensor, h: torch.Tensor, sizes: Sequence[int], m: int) -> torch.Tensor:
+    """``Z`` with party ``m``'s columns (``m >= 1``; ``sizes`` the parties') replaced by ``h``."""
+    off = sum(sizes[: m - 1])
+    return torch.cat([Z[:, :off], h, Z[:, off + sizes[m - 1] :]], dim=1)
+
+
 def loss_gradients_at(
     server: nn.Module, points: Sequence[tuple[torch.Tensor, torch.Tensor]], y: torch.Tensor
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    r""":math:`(\nabla_{\theta_0} F_B, \nabla_Z F_B)` at each point ``(θ_0, Z)`` (:func:`server_loss`).
+    r""":math:`(\nabla_{\theta_0} F_B, \nabla_Z F_B)` of :func:`server_loss` at each ``(θ_0, Z)``.
 
     For a linear softmax head (:func:`plain_linear`), with :math:`g_i = \mathrm{softmax}(A z_i
     + c) - e_{y_i}`: :math:`\nabla_A F_B = \frac1B \sum_i g_i z_i^\top`, :math:`\nabla_c F_B =
@@ -482,7 +497,7 @@ def embedding_hessian_factors_at(
     y: torch.Tensor,
     sizes: Sequence[int],
 ) -> list[GramFactors]:
-    r"""The Gram of block ``m`` of :func:`embedding_hessian_blocks` at each ``(θ_0, Z, m)``, factored.
+    r"""The Gram of block ``m`` of :func:`embedding_hessian_blocks` at each ``(θ_0, Z, m)``.
 
     For a linear softmax head block ``m >= 1`` is :math:`[R_m \mid D_m]`: ``B P_m`` rows, the
     θ_0 columns :math:`R_m` and the other embeddings' columns :math:`D_m`, which are block
@@ -529,7 +544,8 @@ def embedding_hessian_factors_at(
             else:
                 rows_t, other = _linear_head_rows(tc, zk, off, m)
                 out[k] = GramFactors(rows_t, other @ other.transpose(1, 2))
-    return [f for f in out if f is not None]
+    assert all(f is not None for f in out)  # every point is in one batch
+    return cast(list[GramFactors], out)
 
 
 def embedding_jacobian(party: nn.Module, x: torch.Tensor) -> torch.Tensor:

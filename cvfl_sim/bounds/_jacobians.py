@@ -227,12 +227,13 @@ class _MLPJacobian(EmbeddingJacobian):
 
     @classmethod
     def stacked_matvec(cls, ops: Sequence[Any]) -> Callable[[np.ndarray], np.ndarray]:
-        r""":math:`JJ^\top v = \bigl((X(X^\top M) + 1 1^\top M) \odot S\bigr) W^\top + R(R^\top v) + 1 1^\top v`.
+        r"""The products :math:`JJ^\top v` of stacked parties, by their inputs and activations.
 
-        With :math:`M = (vW) \odot S` on ``(B, P)`` vectors ``v`` (the ``1 1^\top`` terms where
-        the layers have biases): products with the inputs and the hidden activations replace
-        the ``N`` parameter columns. The inputs of the stacked parties are padded with zero
-        columns to one width (which changes no product).
+        :math:`JJ^\top v = \bigl((X(X^\top M) + 1 1^\top M) \odot S\bigr) W^\top + R(R^\top v)
+        + 1 1^\top v` with :math:`M = (vW) \odot S` on ``(B, P)`` vectors ``v`` (the
+        :math:`1 1^\top` terms where the layers have biases): products with the inputs and the
+        hidden activations replace the ``N`` parameter columns. The inputs of the stacked
+        parties are padded with zero columns to one width (which changes no product).
         """
         D = max(op.X.shape[1] for op in ops)
         X = np.zeros((len(ops), ops[0].B, D))

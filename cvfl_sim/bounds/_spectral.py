@@ -130,11 +130,12 @@ class GramFactors:
 
     def gram_dense(self) -> torch.Tensor:
         """:math:`G` as a dense ``(n, n)`` float64 matrix."""
-        G = self.R @ self.R.T
+        R = self.R.detach().to(torch.float64)
+        G = R @ R.T
         if self.blocks is not None:
             nb, s, _ = self.blocks.shape
             idx = torch.arange(nb, device=G.device)
-            G.view(nb, s, nb, s)[idx, :, idx, :] += self.blocks
+            G.view(nb, s, nb, s)[idx, :, idx, :] += self.blocks.detach().to(torch.float64)
         return G
 
     def stack_key(self) -> Hashable:
@@ -172,13 +173,16 @@ def op_norms(operators: Sequence[GramOperator]) -> list[float]:
     Larger ones of one size run one Lanczos iteration together (:func:`lanczos_top`), the
     operators of one type and :meth:`~GramOperator.stack_key` making their products in one
     batch: the largest Ritz value of the Krylov space of a fixed generic start vector, accepted
-    once the top Ritz pair's residual is at most :data:`LANCZOS_TOL` times it (then an
-    eigenvalue lies within that residual, and the Ritz value, a Rayleigh quotient, is at most
-    :math:`\lambda_{\max}`). A Ritz value below :math:`\max_i G_{ii}` (a lower bound on
-    :math:`\lambda_{\max}`), or one not converged in :data:`LANCZOS_MAX_STEPS` steps, is
-    replaced by LAPACK's (:func:`gram_op_norm` of the dense matrix). On the Lemma-1 probe's
-    256-square Gram matrices this is several times faster than forming them and reducing them
-    to tridiagonal form, and equal within a few units of round-off (tested).
+    once the top Ritz pair's residual is at most :data:`LANCZOS_TOL` times it. That certifies
+    that *an* eigenvalue lies within the residual, and the Ritz value, a Rayleigh quotient, is at
+    most :math:`\lambda_{\max}`; that it is the top one rests on the start vector (and the
+    restarts at invariant subspaces) not being orthogonal to the top eigenvector, an event of
+    measure zero for a generic start, not on a proof. A Ritz value below :math:`\max_i G_{ii}`
+    (a lower bound on :math:`\lambda_{\max}`), or one not converged in
+    :data:`LANCZOS_MAX_STEPS` steps, is replaced by LAPACK's (:func:`gram_op_norm` of the dense
+    matrix). On the Lemma-1 probe's 256-square Gram matrices this is several times faster than
+    forming them and reducing them to tridiagonal form, and equal within a few units of
+    round-off (tested).
 
     0 for an empty matrix; ``nan`` for one with a non-finite entry.
     """
@@ -259,11 +263,16 @@ def lanczos_top(
     ``rows`` with them; ``diag`` ``(b, n)`` holds the diagonals. All iterate together from one
     fixed start vector (pseudo-random, so that no eigenvector is orthogonal to it but on a set
     of measure zero): the three-term recurrence, then classical Gram-Schmidt against every
-    earlier Lanczos vector, repeated where it removed more than :math:`1 - 1/\sqrt2` of the norm. Every 2 steps from the 12th the top Ritz pair of each tridiagonal matrix
-    :math:`T_j` is computed; its residual is :math:`\beta_j |s_j|` (:math:`s` the Ritz vector
+    earlier Lanczos vector, repeated where it removed more than :math:`1 - 1/\sqrt2` of the
+    norm. Every 2 steps from the 12th the top Ritz pair of each tridiagonal matrix :math:`T_j`
+    is computed; its residual is :math:`\beta_j |s_j|` (:math:`s` the Ritz vector
     in the Lanczos basis). A matrix is done, and leaves the iteration, when its residual is at
-    most :data:`LANCZOS_TOL` times the Ritz value, at an invariant subspace, or after ``n``
-    steps; the iteration stops when all are done or after :data:`LANCZOS_MAX_STEPS` steps.
+    most :data:`LANCZOS_TOL` times the Ritz value, or after ``n`` steps; the iteration stops when
+    all are done or after :data:`LANCZOS_MAX_STEPS` steps. At an invariant subspace (a start
+    vector in the span of a few eigenvectors, or a matrix of low rank) the Ritz values are exact
+    but may miss the top eigenvalue, so the iteration goes on from a new pseudo-random direction
+    orthogonal to the Krylov space so far (a zero in :math:`T`'s off-diagonal), and the matrix is
+    not done before that.
 
     Returns ``(b,)`` Ritz values; ``nan`` for a matrix that did not converge or whose Ritz value
     is below its largest diagonal entry (so not its top eigenvalue).
@@ -277,6 +286,7 @@ def lanczos_top(
     theta = np.full(b, np.nan)
     trace = diag.sum(axis=1)  # >= the largest eigenvalue
     rows = np.arange(b)  # the matrices still iterating
+    restarted = np.zeros(b, dtype=bool)
     for j in range(steps):
         every = len(rows) == b  # slices, not copies, while no matrix has left
         basis = V[:, : j + 1] if every else V[rows, : j + 1]
@@ -298,8 +308,9 @@ def lanczos_top(
                 break
             norm = after
         beta[rows, j] = after
-        invariant = beta[rows, j] <= 1e-14 * trace[rows]
-        if j + 1 == steps or invariant.any() or (j >= 11 and j % 2 == 1):
+        # an invariant subspace: its Ritz values are exact, but the top eigenvalue may lie outside
+        invariant = after <= 1e-14 * trace[rows]
+        if j + 1 == steps or (j >= 11 and j % 2 == 1):
             T = np.zeros((len(rows), j + 1, j + 1))
             i = np.arange(j + 1)
             T[:, i, i] = alpha[rows, : j + 1]
@@ -308,14 +319,24 @@ def lanczos_top(
             ritz, vecs = np.linalg.eigh(T)
             top = ritz[:, -1]
             resid = beta[rows, j] * np.abs(vecs[:, -1, -1])
-            ok = (resid <= LANCZOS_TOL * np.abs(top)) | invariant | (j + 1 == n)
+            # not at a first invariant subspace: it has not yet looked beyond the start's span
+            settled = ~invariant | restarted[rows]
+            ok = ((resid <= LANCZOS_TOL * np.abs(top)) & settled) | (j + 1 == n)
             theta[rows[ok]] = top[ok]
             if ok.all():
                 break
-            rows, w, beta_j = rows[~ok], w[~ok], beta[rows[~ok], j]
-        else:
-            beta_j = beta[rows, j]
+            rows, w, invariant = rows[~ok], w[~ok], invariant[~ok]
+        beta_j = beta[rows, j]
         V[rows, j + 1] = w / np.where(beta_j > 0, beta_j, 1.0)[:, None]
+        if invariant.any():  # go on from a new direction orthogonal to the Krylov space so far
+            restart = rows[invariant]
+            restarted[restart] = True
+            beta[restart, j] = 0.0
+            fresh = np.random.default_rng((0x1A5C205, j)).standard_normal((len(restart), n))
+            basis = V[restart, : j + 1]
+            for _ in range(2):
+                fresh -= ((basis @ fresh[:, :, None])[:, :, 0][:, None, :] @ basis)[:, 0]
+            V[restart, j + 1] = fresh / np.linalg.norm(fresh, axis=1, keepdims=True)
     return np.where(theta >= diag.max(axis=1) * (1.0 - 1e-12), theta, np.nan)
 
 

@@ -65,6 +65,7 @@ from ._autodiff import (
     embedding_hessian_factors_at,
     flat_params,
     loss_gradients_at,
+    with_block,
 )
 from ._jacobians import EmbeddingJacobian, embedding_jacobians
 from ._spectral import GramOperator, op_norms
@@ -84,12 +85,6 @@ _F64 = torch.float64
 # ---------------------------------------------------------------------------------------------
 # the two sides
 # ---------------------------------------------------------------------------------------------
-def _with_block(Z: torch.Tensor, h: torch.Tensor, sizes: Sequence[int], m: int) -> torch.Tensor:
-    """``Z`` with party ``m``'s columns (``m >= 1``) replaced by ``h``."""
-    off = sum(sizes[: m - 1])
-    return torch.cat([Z[:, :off], h, Z[:, off + sizes[m - 1] :]], dim=1)
-
-
 def lemma1_left(
     parties: Sequence[nn.Module],
     server: nn.Module,
@@ -118,7 +113,8 @@ def lemma1_left(
     Returns
     -------
     numpy.ndarray
-        ``(M + 1,)``: block 0 the server, ``m`` party ``m``. Computed in the models' dtype.
+        ``(M + 1,)``: block 0 the server, ``m`` party ``m``. The server's block in the models'
+        dtype, the parties' through their Jacobians in float64.
 
     Notes
     -----
@@ -151,7 +147,7 @@ def _points(
     sizes = [int(h.shape[1]) for h in fresh]
     points = [(theta_now, Z, 0), (theta_now, Zh, 0)]
     for m, h in enumerate(fresh, start=1):
-        points += [(t0, _with_block(Z, h, sizes, m), m), (t0h, _with_block(Zh, h, sizes, m), m)]
+        points += [(t0, with_block(Z, h, sizes, m), m), (t0h, with_block(Zh, h, sizes, m), m)]
     return points
 
 
@@ -461,14 +457,17 @@ class Lemma1Probe:
 
         :func:`cvfl_sim.bounds.tight_term.tight_lemma1_bound_for` (``"dithered"``: the
         expectation over the round's dither) for dithered quantizers,
-        :func:`~cvfl_sim.bounds.tight_term.realised_lemma1_bound` (``"realised"``: the round's
-        realised errors) for biased ones such as top-k; at a later step given the round's start
+        :func:`~cvfl_sim.bounds.tight_term.realised_lemma1_bound` (the round's realised errors)
+        otherwise: ``"realised"`` where no compressor draws a dither (top-k, so a bound), else
+        ``"realised draw"`` (a dithered quantizer the expectation does not cover, e.g. one that
+        clips: the value for the one draw the run made, not the expectation); at a later step
+        given the round's start
         ``stale``, ``theta0`` (block ``m`` at its own point), at step 0 at the models themselves
         (the round start's); ``nan`` and ``"none"`` where neither applies (a non-linear head).
         """
         if not self.tight:
             return None
-        from .tight_term import realised_lemma1_bound, tight_lemma1_bound_for
+        from .tight_term import draws_dither, realised_lemma1_bound, tight_lemma1_bound_for
 
         if step == 0:  # every block's point is the round start: no need to tell it apart
             stale = theta0 = None
@@ -501,6 +500,8 @@ class Lemma1Probe:
                 )
             except ValueError:
                 return np.full(len(parties) + 1, np.nan), "none"
+            if any(draws_dither(c) for c in [*compressors, server_compressor]):
+                return np.asarray(res.bound, dtype=np.float64), "realised draw"
         return np.asarray(res.bound, dtype=np.float64), res.method
 
     def _sampled(
@@ -600,7 +601,8 @@ class Lemma1Report(Table):
     tight_kinds : list of str
         Per probe, how it was evaluated: ``"dithered"`` (an expectation over the round's dither:
         a bound at a round start, an estimate at a later step), ``"realised"`` (the realised
-        errors of a biased compressor: a bound at every step) or ``"none"``.
+        errors where no compressor draws a dither, e.g. top-k: a bound at every step),
+        ``"realised draw"`` (the realised errors of one dither draw: an estimate) or ``"none"``.
     sampled : numpy.ndarray or None
         ``(P, M + 1)`` :func:`cvfl_sim.bounds.sampled_lemma1.sampled_lemma1_bound` (C4.8) where
         the probe evaluated it (round starts; ``nan`` elsewhere), ``None`` without ``sampled``.
@@ -717,7 +719,8 @@ class Lemma1Report(Table):
 
         The tight bound (C4.5) bounds the *expectation* of the left side over the dither at a round
         start (and estimates it at later steps), so one probe's realised left side may exceed it
-        without contradicting it (at 4 bits the bound is within ~1.2x of that expectation). Summed over the probes, the realised left
+        without contradicting it (at 4 bits the bound is within ~1.2x of that expectation); its
+        realised form (no dither, e.g. top-k) bounds each probe's left side itself. Summed over the probes, the realised left
         sides estimate the sum of their conditional expectations (the differences form a martingale
         difference sequence), so a ratio of sums well below 1 would contradict the bound; a ratio of
         sums is the run-level comparison. ``nan`` for a block whose left sides are all 0.

@@ -881,6 +881,8 @@ def bound_vs_observed(
             if E.any():
                 if starts < R:
                     gaps.append(f"{starts} of {R} rounds probed, the others at their mean")
+                if name.startswith("tight") and "realised draw" in lemma1.tight_kinds:
+                    gaps.append("the realised errors of the run's dither draw, not the expectation")
                 if Q > 1:
                     gaps += _later_steps(name, values, lemma1, R, Q)
             (plug if gaps else term3)[name] = {"lemma1": per_values}

@@ -67,12 +67,14 @@ from ._autodiff import (
     linear_head_second_derivatives,
     linear_softmax_head,
     plain_linear,
+    with_block,
 )
 from ._jacobians import EmbeddingJacobian, embedding_jacobians
 from .analytic_constants import softmax_parts
 
 __all__ = [
     "CE_THIRD",
+    "draws_dither",
     "SOFTMAX_LIPSCHITZ",
     "SUBGAUSSIAN_FOURTH",
     "TightLemma1",
@@ -187,15 +189,24 @@ def error_kind(compressor: Any) -> str:
         For a compressor whose error is not zero-mean and data-independent (top-k, or a
         quantizer without dither): use :func:`realised_lemma1_bound`.
     """
-    from cvfl_theory.compressors import HexLatticeQuantizer, Identity, ScalarQuantizer
+    from cvfl_theory.compressors import Identity, ScalarQuantizer
 
     if compressor is None or isinstance(compressor, Identity):
         return "none"
-    if isinstance(compressor, (ScalarQuantizer, HexLatticeQuantizer)) and compressor.dither:
+    if draws_dither(compressor):
         return "scalar" if isinstance(compressor, ScalarQuantizer) else "hex"
     raise ValueError(
         f"compressor must be a dithered ScalarQuantizer or HexLatticeQuantizer (zero-mean, "
         f"data-independent errors), or Identity; got {compressor!r}: use realised_lemma1_bound"
+    )
+
+
+def draws_dither(compressor: Any) -> bool:
+    """Whether a package compressor's error is random: a dithered scalar or lattice quantizer."""
+    from cvfl_theory.compressors import HexLatticeQuantizer, ScalarQuantizer
+
+    return isinstance(compressor, (ScalarQuantizer, HexLatticeQuantizer)) and bool(
+        compressor.dither
     )
 
 
@@ -264,7 +275,8 @@ def _kinds(kind: Any, M: int) -> tuple[str, ...]:
 
 
 # ---------------------------------------------------------------------------------------------
-# per-sample derivatives (closed forms for the plain models, torch.func otherwise)
+# per-sample derivatives of the head at each block's point (closed forms for a linear head,
+# torch.func otherwise); the parties' Jacobians are cvfl_sim.bounds._jacobians operators
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class _Point:
@@ -330,21 +342,11 @@ def _derivatives(
     if round_start is None:
         points = [(now, fresh)]
         which = [0] * (len(H) + 1)
-    else:
+    else:  # checked by the callers (_check_round_start)
         stale, theta0 = (t.detach().to(fresh.dtype) for t in round_start)
-        if stale.shape != fresh.shape or theta0.reshape(-1).shape != now.shape:
-            raise ValueError(
-                f"the round start must hold stale embeddings of shape {tuple(fresh.shape)} and "
-                f"{now.numel()} server parameters, got {tuple(stale.shape)} and "
-                f"{theta0.numel()}"
-            )
-        off = [0, *np.cumsum(sizes).tolist()]
         points = [(now, stale)] + [
-            (
-                theta0.reshape(-1),
-                torch.cat([stale[:, : off[m]], H[m].detach(), stale[:, off[m + 1] :]], dim=1),
-            )
-            for m in range(len(H))
+            (theta0.reshape(-1), with_block(stale, h.detach(), sizes, m))
+            for m, h in enumerate(H, start=1)
         ]
         which = list(range(len(H) + 1))
     head = linear_softmax_head(server)  # its weight and bias are all of θ_0, in that order
@@ -512,7 +514,11 @@ def _softmax_at(W: np.ndarray, b: np.ndarray, z: np.ndarray) -> _Softmax:
     # the labels do not enter p or its Jacobian diag(p) - pp^T
     u = z @ W.T + b
     _, _, _, lam0 = softmax_parts(u, np.zeros(len(z), dtype=np.int64))
-    return _Softmax(lam0, off_top_probability(u))
+    # an upper bound on delta: a term exp(u_k - u_top) that underflowed to 0 was below the
+    # smallest subnormal, so delta = 0 (a logit gap above ~745) is replaced by (K - 1) times it
+    # (0 * exp(sqrt(2) r) would otherwise read 0, or nan where the exponential overflows)
+    floor = (u.shape[1] - 1) * np.finfo(np.float64).smallest_subnormal
+    return _Softmax(lam0, off_top_probability(u) + floor)
 
 
 def _local_constants(sm: _Softmax, radius: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -618,6 +624,11 @@ def _realised_remainder(
     em = float(np.linalg.norm(E[:, blk[m - 1]]))
     y = GW * ((kap / 2) * d**2 + sm.lam0 * eeps) + G * lam * em * d
     return float(np.sum(y) / B)
+
+
+def _squared(x: float) -> float:
+    """``x * x`` as a Python float: ``inf`` where it overflows (a valid, if useless, bound)."""
+    return x * x
 
 
 def _minkowski(first: np.ndarray, rem: np.ndarray) -> np.ndarray:
@@ -835,9 +846,8 @@ def _tight_bound(
         assert at.W is not None and at.bias is not None
         soft[id(at)] = _softmax_at(at.W, at.bias, at.z)
         one = np.ones(B)
-        rem[0] = (
+        rem[0] = _squared(
             _dithered_remainder(0, at.W, d.sizes, at.zeta, s2, s0, one, one, soft[id(at)], kinds)
-            ** 2
         )
     for m in range(1, M + 1):
         at = d.at[m]
@@ -861,11 +871,10 @@ def _tight_bound(
             if id(at) not in soft:
                 soft[id(at)] = _softmax_at(at.W, at.bias, at.z)
             GW = _op_norm_wj(at.W[:, blk[m - 1]], K)
-            rem[m] = (
+            rem[m] = _squared(
                 _dithered_remainder(
                     m, at.W, d.sizes, at.zeta, s2, s0, np.sqrt(G2), GW, soft[id(at)], kinds
                 )
-                ** 2
             )
     sup = np.zeros(M + 1) if sup_form else np.full(M + 1, np.nan)
     if sup_form:
@@ -1062,7 +1071,9 @@ def realised_lemma1_bound(
     one = np.ones(B)
     assert at.W is not None and at.bias is not None
     soft = {id(at): _softmax_at(at.W, at.bias, at.z)}
-    rem[0] = _realised_remainder(0, at.W, d.sizes, at.z, eps, E, e, one, one, soft[id(at)]) ** 2
+    rem[0] = _squared(
+        _realised_remainder(0, at.W, d.sizes, at.z, eps, E, e, one, one, soft[id(at)])
+    )
     for m in range(1, M + 1):
         at = d.at[m]
         assert at.W is not None and at.bias is not None
@@ -1077,7 +1088,9 @@ def realised_lemma1_bound(
         K = Jm.sample_grams()  # (B, P_m, P_m): J_i J_i^T
         G = np.sqrt(np.linalg.eigvalsh(K)[:, -1].clip(min=0.0))
         GW = _op_norm_wj(at.W[:, blk[m - 1]], K)
-        rem[m] = _realised_remainder(m, at.W, d.sizes, at.z, eps, E, e, G, GW, soft[id(at)]) ** 2
+        rem[m] = _squared(
+            _realised_remainder(m, at.W, d.sizes, at.z, eps, E, e, G, GW, soft[id(at)])
+        )
     bound = _minkowski(first, rem)
     nan = np.full(M + 1, np.nan)
     return TightLemma1(first, rem, bound, nan, B, "realised", ("realised",) * (M + 1), True)
