@@ -467,6 +467,30 @@ def test_hex_loses_to_scalar_at_low_rates():
         assert lo_ratio < h / s < hi_ratio
 
 
+@pytest.mark.parametrize("cls", [ScalarQuantizer, HexLatticeQuantizer])
+@pytest.mark.parametrize("rng_mode", ["minmax-row", "minmax-tensor", (-0.5, 0.9)])
+@pytest.mark.parametrize("dither", [True, False])
+def test_expected_row_errors_are_each_rows_error(cls, rng_mode, dither):
+    """Per row: the row alone's law (minmax-row), equal shares of one cell, clipping per row."""
+    x = np.random.default_rng(3).normal(scale=[[0.1], [0.5], [2.0]], size=(3, 7))
+    q = cls(3, range=rng_mode, dither=dither)
+    rows = q.expected_row_errors(x)
+    assert rows.shape == (3,)
+    assert float(np.sum(rows)) == pytest.approx(q.expected_error(x), rel=1e-12)
+    if not dither:  # deterministic: each row's measured error
+        out = q.roundtrip(x, rng=0)
+        np.testing.assert_allclose(rows, np.sum((out - x) ** 2, axis=1), rtol=1e-12)
+    elif rng_mode == "minmax-row":  # a row's error depends on that row alone
+        for b in range(3):
+            assert rows[b] == pytest.approx(q.expected_error(x[b : b + 1]), rel=1e-12)
+    elif rng_mode == "minmax-tensor":  # one cell for all rows: equal shares
+        np.testing.assert_allclose(rows, rows[0], rtol=1e-12)
+    else:  # a fixed range: equal dither errors, plus each row's own clipping
+        clip = np.sum((np.clip(x, -0.5, 0.9) - x) ** 2, axis=1)
+        assert clip[2] > clip[0] == 0.0
+        np.testing.assert_allclose(rows - clip, q.expected_error((1, 7)), rtol=1e-12)
+
+
 def test_hex_error_law_does_not_depend_on_input():
     q = HexLatticeQuantizer(4, range=(0.0, 1.0))
     x = np.random.default_rng(8).uniform(0, 1, size=(40, 200))

@@ -485,3 +485,29 @@ def test_loss_gradients_at_equal_autograd():
             *gp, gz = torch.autograd.grad(loss, [*ref.parameters(), z])
             _close(g_t, torch.cat([g.reshape(-1) for g in gp]))
             _close(g_z, gz)
+
+
+def test_float64_mirror_follows_values_flags_and_replaced_tensors():
+    """Refreshed in place while the same tensors are held; copied again when one is replaced."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    mirror = _autodiff.Float64Mirror()
+    first = mirror([model])[0]
+    assert all(p.dtype == F64 for p in first.parameters())
+    with torch.no_grad():
+        model[0].weight.add_(1.0)
+        model[1].running_mean.add_(2.0)  # a buffer
+    model.eval()
+    again = mirror([model])[0]
+    assert again is first  # refreshed, not copied again
+    for p, q in zip(
+        (*again.parameters(), *again.buffers()), (*model.parameters(), *model.buffers())
+    ):
+        assert torch.equal(p, q.to(F64))
+    assert not again.training and not again[1].training
+    model[2].weight = nn.Parameter(torch.zeros(2, 4))  # a new tensor object: a new copy
+    third = mirror([model])[0]
+    assert third is not first and torch.equal(third[2].weight, torch.zeros(2, 4, dtype=F64))
+    with torch.no_grad():
+        model[2].bias.data = torch.ones(5)  # the same object, another shape: a new copy
+    fourth = mirror([model])[0]
+    assert fourth is not third and fourth[2].bias.shape == (5,)

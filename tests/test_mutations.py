@@ -124,34 +124,26 @@ def waterfill_lambda(mp: pytest.MonkeyPatch) -> None:
 
 
 def scalar_published_law(mp: pytest.MonkeyPatch) -> None:
-    """C5.1: expected_error uses the published 2^{-2q} instead of 1/(2^q - 1)^2."""
+    """C5.1: the error law uses the published 2^{-2q} instead of 1/(2^q - 1)^2."""
 
-    def law(self, x):
+    def law(self, steps):
         q = self.bits
-        return self._error_law(
-            x, lambda steps, P: float(P * np.sum((steps * (2**q - 1)) ** 2) * 2.0 ** (-2 * q) / 12)
-        )
+        return (steps * (2**q - 1)) ** 2 * 2.0 ** (-2 * q) / 12
 
-    mp.setattr(ScalarQuantizer, "expected_error", law)
+    mp.setattr(ScalarQuantizer, "_component_error", law)
 
 
 def hex_v_over_24(mp: pytest.MonkeyPatch) -> None:
-    """C5.2: expected_error uses the published V/24 per component."""
-    mp.setattr(
-        HexLatticeQuantizer,
-        "expected_error",
-        lambda self, x: self._error_law(x, lambda areas, P: float(P * np.sum(areas) / 24.0)),
-    )
+    """C5.2: the error law uses the published V/24 per component."""
+    mp.setattr(HexLatticeQuantizer, "_component_error", lambda self, areas: areas / 24.0)
 
 
 def hex_per_pair_constant(mp: pytest.MonkeyPatch) -> None:
     """C5.2: the per-pair constant 5V/(18 sqrt 3) used per component."""
     mp.setattr(
         HexLatticeQuantizer,
-        "expected_error",
-        lambda self, x: self._error_law(
-            x, lambda areas, P: float(P * np.sum(areas) * 5.0 / (18.0 * SQRT3))
-        ),
+        "_component_error",
+        lambda self, areas: areas * 5.0 / (18.0 * SQRT3),
     )
 
 

@@ -137,7 +137,7 @@ def _incoherent_server_part(J, A_m0, s0):
 
 
 def _party_part_without_b2(K, A, s2):
-    fro = np.sum(A**2, axis=(1, 2)) if K is None else np.einsum("bpq,bpr,bqr->b", K, A, A)
+    fro = np.sum(A**2, axis=1) if K is None else np.einsum("bpq,bpc,bqc->bc", K, A, A)
     return float(np.sum(s2 * fro))
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
@@ -34,38 +35,61 @@ class Float64Mirror:
     differences of close gradients need the precision). Deep-copying the modules at every
     probed step cost more than the copy itself; here the structure is copied once and the
     parameters, buffers and training flags are copied into it at each call, for as long as the
-    same module objects, with parameters and buffers of the same shapes, are passed (otherwise
-    they are deep-copied again).
+    same module objects, holding the same parameter and buffer objects of the same shapes, are
+    passed (otherwise they are deep-copied again). Each call walks each model's modules once.
     """
 
     def __init__(self) -> None:
         self._sources: list[nn.Module] = []
         self._copies: list[nn.Module] = []
+        self._held: list[_Tensors] = []  # the sources' tensors at the deep copy
+        self._mirrored: list[_Tensors] = []  # the copies' tensors, in the same order
 
     def __call__(self, models: Sequence[nn.Module]) -> list[nn.Module]:
         """The float64 copies of ``models``, with their current values."""
+        now = [_Tensors.of(m) for m in models]
         same = len(models) == len(self._sources) and all(
-            a is b and _same_shapes(c, a) for a, b, c in zip(models, self._sources, self._copies)
+            a is b and t.same_as(h) for a, b, t, h in zip(models, self._sources, now, self._held)
         )
         if not same:
             self._sources = list(models)
             self._copies = [copy.deepcopy(m).to(torch.float64) for m in models]
+            self._held = now
+            self._mirrored = [_Tensors.of(c) for c in self._copies]
             return self._copies
         with torch.no_grad():
-            for mirror, model in zip(self._copies, models):
-                for p, q in zip(mirror.parameters(), model.parameters()):
+            for mirror, model in zip(self._mirrored, now):
+                for p, q in zip(mirror.tensors, model.tensors):
                     p.copy_(q)
-                for a, b in zip(mirror.buffers(), model.buffers()):
-                    a.copy_(b)
-                for c, d in zip(mirror.modules(), model.modules()):
-                    c.training = d.training
+                for c, d in zip(mirror.modules, model.modules):
+                    if c.training != d.training:  # Module.__setattr__ is slow
+                        c.training = d.training
         return self._copies
 
 
-def _same_shapes(mirror: nn.Module, model: nn.Module) -> bool:
-    """Whether two modules hold parameters and buffers of the same shapes, in the same order."""
-    shapes = [[tuple(t.shape) for t in (*m.parameters(), *m.buffers())] for m in (mirror, model)]
-    return shapes[0] == shapes[1]
+@dataclass(frozen=True)
+class _Tensors:
+    """A module's submodules, and its parameters then buffers, in ``parameters()`` order."""
+
+    modules: tuple[nn.Module, ...]
+    tensors: tuple[torch.Tensor, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def of(cls, model: nn.Module) -> _Tensors:
+        modules = tuple(model.modules())
+        tensors = (*model.parameters(), *model.buffers())
+        return cls(modules, tensors, tuple(tuple(t.shape) for t in tensors))
+
+    def same_as(self, other: _Tensors) -> bool:
+        """The same submodules and tensor objects, of the same shapes."""
+        return (
+            len(self.tensors) == len(other.tensors)
+            and len(self.modules) == len(other.modules)
+            and all(a is b for a, b in zip(self.tensors, other.tensors))
+            and all(a is b for a, b in zip(self.modules, other.modules))
+            and self.shapes == other.shapes
+        )
 
 
 def check_all_trained(parties: Sequence[nn.Module], server: nn.Module, what: str) -> None:
@@ -413,7 +437,9 @@ def linear_head_second_derivatives(
     g = p.clone()
     g[..., torch.arange(B, device=z.device), y] -= 1.0
     S = torch.diag_embed(p) - p[..., :, None] * p[..., None, :]  # (..., B, C, C)
-    SA = S @ A[..., None, :, :]  # (..., B, C, P): (S_i A)_{ca}
+    # (..., B, C, P): (S_i A)_{ca}, every sample's rows in one product per point (a batch of
+    # B tiny products cost more)
+    SA = (S.reshape(*lead, B * C, C) @ A).reshape(*lead, B, C, P)
     eye = torch.eye(P, dtype=z.dtype, device=z.device)
     if isinstance(rows, torch.Tensor):  # each point's own rows: gather them
         idx = rows.to(device=z.device)
@@ -431,7 +457,10 @@ def linear_head_second_derivatives(
     if layer.bias is not None:
         parts.append(SAa.transpose(-1, -2))
     theta_cols = torch.cat(parts, dim=-1)  # (..., B, R(a), n0): rows (i, a)
-    zz = Aa.transpose(-1, -2)[..., None, :, :] @ SA  # (..., B, R(a), P): (A^T S_i A)_{aq}
+    # (..., B, R(a), P): (A^T S_i A)_{aq}, again one product per point
+    R = Aa.shape[-1]
+    SA_cols = SA.transpose(-3, -2).reshape(*lead, C, B * P)  # (..., C, (i, q))
+    zz = (Aa.transpose(-1, -2) @ SA_cols).reshape(*lead, R, B, P).transpose(-3, -2)
     return (theta_cols / B, zz / B) if mean else (theta_cols, zz)
 
 

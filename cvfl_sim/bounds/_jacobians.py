@@ -49,6 +49,7 @@ class EmbeddingJacobian:
     B: int
     P: int
     N: int
+    _grams: np.ndarray | None = None
 
     @staticmethod
     def of(party: nn.Module, x: torch.Tensor) -> EmbeddingJacobian:
@@ -76,7 +77,17 @@ class EmbeddingJacobian:
         raise NotImplementedError
 
     def sample_grams(self) -> np.ndarray:
-        r""":math:`J_i J_i^\top`, ``(B, P, P)``."""
+        r""":math:`J_i J_i^\top`, ``(B, P, P)``, read-only.
+
+        Computed once: the probe's operator norms and the tight term both read them.
+        """
+        if self._grams is None:
+            grams = self._sample_grams()
+            grams.flags.writeable = False
+            self._grams = grams
+        return self._grams
+
+    def _sample_grams(self) -> np.ndarray:
         raise NotImplementedError
 
     def dense(self) -> np.ndarray:
@@ -128,7 +139,7 @@ class _DenseJacobian(EmbeddingJacobian):
     def matmat(self, U: np.ndarray) -> np.ndarray:
         return (U @ self.J.reshape(self.n, self.N).T).reshape(len(U), self.B, self.P)
 
-    def sample_grams(self) -> np.ndarray:
+    def _sample_grams(self) -> np.ndarray:
         return self.J @ self.J.transpose(0, 2, 1)
 
     def dense(self) -> np.ndarray:
@@ -162,7 +173,7 @@ class _LinearJacobian(EmbeddingJacobian):
         out = self.X @ TW.transpose(0, 2, 1)
         return out + U[:, None, self.P * D :] if self.bias else out
 
-    def sample_grams(self) -> np.ndarray:
+    def _sample_grams(self) -> np.ndarray:
         scale = np.einsum("bd,bd->b", self.X, self.X) + (1.0 if self.bias else 0.0)
         return scale[:, None, None] * np.eye(self.P)[None]
 
@@ -201,15 +212,24 @@ class _MLPJacobian(EmbeddingJacobian):
         self.sizes = [hid * D, hid if self.bias_first else 0, self.P * hid]
         self.sizes.append(self.P if self.bias_last else 0)
         self.N = sum(self.sizes)
+        ones = np.ones((self.B, 1))
+        self.X1 = np.concatenate([X, ones], axis=1) if self.bias_first else X
+        self.R1 = np.concatenate([self.R, ones], axis=1) if self.bias_last else self.R
 
     def rmatmat(self, V: np.ndarray) -> np.ndarray:
-        M = (V @ self.W) * self.S  # (R, B, h): s_i ⊙ W^T v_i
-        parts = [(M.transpose(0, 2, 1) @ self.X).reshape(len(V), -1)]
+        r, B, P = V.shape
+        hid, D = self.W.shape[1], self.X.shape[1]
+        M = (V.reshape(r * B, P) @ self.W).reshape(r, B, hid) * self.S  # s_i ⊙ W^T v_i
+        # with a ones column on the inputs and activations, the bias gradients (sums over the
+        # samples) come out of the same products
+        first = M.transpose(0, 2, 1) @ self.X1  # (R, h, D [+ 1])
+        last = V.transpose(0, 2, 1) @ self.R1  # (R, P, h [+ 1])
+        parts = [first[:, :, :D].reshape(r, -1)]
         if self.bias_first:
-            parts.append(M.sum(axis=1))
-        parts.append((V.transpose(0, 2, 1) @ self.R).reshape(len(V), -1))
+            parts.append(first[:, :, D])
+        parts.append(last[:, :, :hid].reshape(r, -1))
         if self.bias_last:
-            parts.append(V.sum(axis=1))
+            parts.append(last[:, :, hid])
         return np.concatenate(parts, axis=1)
 
     def matmat(self, U: np.ndarray) -> np.ndarray:
@@ -229,36 +249,28 @@ class _MLPJacobian(EmbeddingJacobian):
     def stacked_matvec(cls, ops: Sequence[Any]) -> Callable[[np.ndarray], np.ndarray]:
         r"""The products :math:`JJ^\top v` of stacked parties, by their inputs and activations.
 
-        :math:`JJ^\top v = \bigl((X(X^\top M) + 1 1^\top M) \odot S\bigr) W^\top + R(R^\top v)
-        + 1 1^\top v` with :math:`M = (vW) \odot S` on ``(B, P)`` vectors ``v`` (the
-        :math:`1 1^\top` terms where the layers have biases): products with the inputs and the
-        hidden activations replace the ``N`` parameter columns. The inputs of the stacked
-        parties are padded with zero columns to one width (which changes no product).
+        :math:`JJ^\top v = \bigl(K_X ((vW) \odot S)\bigr) \odot S\, W^\top + K_R v` on
+        ``(B, P)`` vectors ``v``, with the ``(B, B)`` kernels :math:`K_X = XX^\top + 1 1^\top`
+        and :math:`K_R = RR^\top + 1 1^\top` of the inputs and the hidden activations (the
+        :math:`1 1^\top` terms where the layers have biases), formed once: products with them
+        replace the ``N`` parameter columns.
         """
-        D = max(op.X.shape[1] for op in ops)
-        X = np.zeros((len(ops), ops[0].B, D))
-        for k, op in enumerate(ops):
-            X[k, :, : op.X.shape[1]] = op.X
-        Xt = X.transpose(0, 2, 1).copy()
-        R = np.stack([op.R for op in ops])
-        Rt = R.transpose(0, 2, 1).copy()
+        KX = np.stack([op.X @ op.X.T + (1.0 if op.bias_first else 0.0) for op in ops])
+        KR = np.stack([op.R @ op.R.T + (1.0 if op.bias_last else 0.0) for op in ops])
         S = np.stack([op.S for op in ops])
         W = np.stack([op.W for op in ops])
         Wt = W.transpose(0, 2, 1).copy()
-        first = np.array([op.bias_first for op in ops], dtype=np.float64)[:, None, None]
-        last = np.array([op.bias_last for op in ops], dtype=np.float64)[:, None, None]
         B, P = ops[0].B, ops[0].P
 
         def matvec(V: np.ndarray) -> np.ndarray:
             v = V.reshape(len(V), B, P)
-            M = (v @ W) * S
-            Y = (X @ (Xt @ M) + first * M.sum(axis=1, keepdims=True)) * S
-            out = Y @ Wt + R @ (Rt @ v) + last * v.sum(axis=1, keepdims=True)
+            out = ((KX @ ((v @ W) * S)) * S) @ Wt
+            out += KR @ v
             return out.reshape(len(V), -1)
 
         return matvec
 
-    def sample_grams(self) -> np.ndarray:
+    def _sample_grams(self) -> np.ndarray:
         Ws = self.S[:, None, :] * self.W[None]  # (B, P, h): W diag(s_i)
         xx = np.einsum("bd,bd->b", self.X, self.X) + (1.0 if self.bias_first else 0.0)
         rr = np.einsum("bh,bh->b", self.R, self.R) + (1.0 if self.bias_last else 0.0)

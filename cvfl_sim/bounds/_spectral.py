@@ -160,7 +160,7 @@ class GramFactors:
             w = (R @ (Rt @ V[:, :, None]))[:, :, 0]
             if D is not None:
                 b, nb, s, _ = D.shape
-                w += (D @ V.reshape(b, nb, s, 1)).reshape(b, -1)
+                w += np.einsum("bkij,bkj->bki", D, V.reshape(b, nb, s)).reshape(b, -1)
             return w
 
         return matvec
@@ -228,7 +228,20 @@ def _stacked(ops: Sequence[GramOperator]) -> Callable[[np.ndarray, np.ndarray], 
         group[idx] = g
         where[idx] = np.arange(len(idx))
 
+    # each group's rows while every operator iterates: a slice where they are contiguous
+    spans = [
+        (slice(int(idx[0]), int(idx[-1]) + 1) if np.all(np.diff(idx) == 1) else idx, f)
+        for idx, f in maps
+    ]
+
     def matvec(V: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        if len(rows) == len(ops):
+            if len(spans) == 1:
+                return spans[0][1](V)
+            out = np.empty_like(V)
+            for span, f in spans:
+                out[span] = f(V[span])
+            return out
         W = np.empty_like(V)
         for g, (idx, f) in enumerate(maps):
             here = group[rows] == g
@@ -262,11 +275,11 @@ def lanczos_top(
     ``matvec(V, rows)`` maps ``(len(rows), n)`` vectors to the products of the matrices
     ``rows`` with them; ``diag`` ``(b, n)`` holds the diagonals. All iterate together from one
     fixed start vector (pseudo-random, so that no eigenvector is orthogonal to it but on a set
-    of measure zero): the three-term recurrence, then classical Gram-Schmidt against every
-    earlier Lanczos vector, repeated where it removed more than :math:`1 - 1/\sqrt2` of the
-    norm. Every 2 steps from the 12th the top Ritz pair of each tridiagonal matrix :math:`T_j`
-    is computed; its residual is :math:`\beta_j |s_j|` (:math:`s` the Ritz vector
-    in the Lanczos basis). A matrix is done, and leaves the iteration, when its residual is at
+    of measure zero): each product is orthogonalised against every earlier Lanczos vector by
+    classical Gram-Schmidt, twice (Arnoldi's full orthogonalisation, whose coefficients on the
+    last two vectors are the recurrence's :math:`\alpha_j`, :math:`\beta_{j-1}`). Every 2 steps
+    from the 12th the top Ritz pair of each tridiagonal matrix :math:`T_j` is computed; its
+    residual is :math:`\beta_j |s_j|` (:math:`s` the Ritz vector in the Lanczos basis). A matrix is done, and leaves the iteration, when its residual is at
     most :data:`LANCZOS_TOL` times the Ritz value, or after ``n`` steps; the iteration stops when
     all are done or after :data:`LANCZOS_MAX_STEPS` steps. At an invariant subspace (a start
     vector in the span of a few eigenvectors, or a matrix of low rank) the Ritz values are exact
@@ -291,22 +304,15 @@ def lanczos_top(
         every = len(rows) == b  # slices, not copies, while no matrix has left
         basis = V[:, : j + 1] if every else V[rows, : j + 1]
         w = matvec(basis[:, j], rows)
-        # the three-term recurrence, then full reorthogonalisation against every Lanczos vector:
-        # once, and again where it removed more than 1 - 1/sqrt(2) of the norm (Daniel, Gragg,
-        # Kaufman and Stewart's test; "twice is enough")
-        alpha[rows, j] = np.einsum("bi,bi->b", basis[:, j], w)
-        w -= alpha[rows, j][:, None] * basis[:, j]
-        if j:
-            w -= beta[rows, j - 1][:, None] * basis[:, j - 1]
-        norm = np.sqrt(np.einsum("bi,bi->b", w, w))
-        for _ in range(2):
-            c = (basis @ w[:, :, None])[:, :, 0]
-            w -= (c[:, None, :] @ basis)[:, 0]
-            alpha[rows, j] += c[:, j]
-            after = np.sqrt(np.einsum("bi,bi->b", w, w))
-            if np.all(after >= norm / np.sqrt(2.0)):
-                break
-            norm = after
+        # Gram-Schmidt against every Lanczos vector, twice ("twice is enough"): the coefficients
+        # on the last two are the three-term recurrence's, alpha_j and beta_{j-1}, and the others
+        # vanish but for rounding, which the projections remove
+        c = basis @ w[:, :, None]
+        w -= (c.transpose(0, 2, 1) @ basis)[:, 0]
+        c2 = basis @ w[:, :, None]
+        w -= (c2.transpose(0, 2, 1) @ basis)[:, 0]
+        after = np.sqrt(np.einsum("bi,bi->b", w, w))
+        alpha[rows, j] = c[:, j, 0] + c2[:, j, 0]
         beta[rows, j] = after
         # an invariant subspace: its Ritz values are exact, but the top eigenvalue may lie outside
         invariant = after <= 1e-14 * trace[rows]

@@ -237,8 +237,7 @@ def error_variances(compressor: Any, x: Any) -> np.ndarray:
                 "quantizer would clip (overload), so its error is not zero-mean"
             )
     if compressor.range == "minmax-row":  # one step per row
-        P = a.shape[1]
-        return np.array([compressor.expected_error(a[i : i + 1]) / P for i in range(a.shape[0])])
+        return compressor.expected_row_errors(a) / a.shape[1]
     # a fixed range or one min-max range for the whole tensor: one step shared by every row
     return np.full(a.shape[0], compressor.expected_error(a) / a.size)
 
@@ -409,12 +408,14 @@ def _blocks(sizes: Sequence[int]) -> list[slice]:
 
 
 def _party_part(K: np.ndarray | None, A: np.ndarray, s2: np.ndarray) -> float:
-    r""":math:`\frac1{B^2}\sum_i s_i^2 \|J_i^\top A_i\|_F^2` with :math:`K_i = J_i J_i^\top`.
+    r""":math:`\frac1{B^2}\sum_i \sum_c s_{i,c}^2 \|J_i^\top A_{i,c}\|^2` with :math:`K_i = J_i J_i^\top`.
 
-    ``K=None`` means :math:`J_i = I` (the server block). ``A`` is ``(B, P_m, P_j)``.
+    ``K=None`` means :math:`J_i = I` (the server block). ``A`` is ``(B, P_m, C)``, its columns
+    :math:`A_{i,c}` the embedding entries of the other parties; ``s2`` is ``(B, C)``, the error
+    variance of each sample's entry (0 for columns that do not count).
     """
     B = A.shape[0]
-    fro = np.sum(A**2, axis=(1, 2)) if K is None else np.einsum("bpq,bpr,bqr->b", K, A, A)
+    fro = np.sum(A**2, axis=1) if K is None else np.einsum("bpq,bpc,bqc->bc", K, A, A)
     return float(np.sum(s2 * fro)) / B**2
 
 
@@ -430,8 +431,28 @@ def _server_part(J: EmbeddingJacobian, A_m0: np.ndarray, s0: float) -> float:
 
 def _op_norm_wj(Wm: np.ndarray, K: np.ndarray) -> np.ndarray:
     r"""Per-sample :math:`\|W_m J_{m,i}\|_{op}` from :math:`K_i = J_{m,i} J_{m,i}^\top`."""
-    WKW = np.einsum("kp,bpq,lq->bkl", Wm, K, Wm)
-    return np.sqrt(np.linalg.eigvalsh(WKW)[:, -1].clip(min=0.0))
+    return np.sqrt(_top_eigenvalues([_wkw(Wm, K)])[0])
+
+
+def _wkw(Wm: np.ndarray, K: np.ndarray) -> np.ndarray:
+    r""":math:`W_m K_i W_m^\top` per sample: the Gram of :math:`W_m J_{m,i}`."""
+    return np.einsum("kp,bpq,lq->bkl", Wm, K, Wm)
+
+
+def _top_eigenvalues(stacks: Sequence[np.ndarray]) -> list[np.ndarray]:
+    r"""The largest eigenvalue of every symmetric matrix of each stack ``(B, k, k)``, clipped at 0.
+
+    Stacks of one shape go to LAPACK in one call.
+    """
+    out: list[np.ndarray] = [np.zeros(0)] * len(stacks)
+    by_shape: dict[tuple[int, ...], list[int]] = {}
+    for k, S in enumerate(stacks):
+        by_shape.setdefault(S.shape, []).append(k)
+    for ks in by_shape.values():
+        tops = np.linalg.eigvalsh(np.stack([stacks[k] for k in ks]))[..., -1].clip(min=0.0)
+        for k, top in zip(ks, tops):
+            out[k] = top
+    return out
 
 
 def _max_op_norms(stacks: Sequence[np.ndarray]) -> list[float]:
@@ -563,16 +584,16 @@ def _dithered_remainder(
     blk = _blocks(sizes)
     K = W.shape[0]
     B = s2.shape[1]
-    others = [j for j in range(len(sizes)) if j != m - 1]
+    # the other parties' errors: block m's own (m >= 1) do not enter
+    P_o = np.array([0 if j == m - 1 else sizes[j] for j in range(len(sizes))], dtype=np.float64)
+    entries = np.repeat(s2.T, sizes, axis=1)  # (B, sum P_j): each entry's variance
+    if m:
+        entries[:, blk[m - 1]] = 0.0
     # covariance of the linear part of the logit perturbation, per sample (K x K)
-    C = np.zeros((B, K, K))
-    for j in others:
-        WW = W[:, blk[j]] @ W[:, blk[j]].T
-        C += s2[j][:, None, None] * WW[None]
-    mean_eps = sum(sizes[j] * s2[j] for j in others) + np.zeros(B)
-    s4_eps = sum(sizes[j] * s2[j] ** 2 for j in others) + np.zeros(B)
-    e4_eps = _norm4_bound(mean_eps, s4_eps)
-    x_max = np.sqrt(sum(_MAX_SQ[kinds[j + 1]] * sizes[j] * s2[j] for j in others) + np.zeros(B))
+    C = np.einsum("kp,bp,lp->bkl", W, entries, W)
+    mean_eps = P_o @ s2
+    e4_eps = _norm4_bound(mean_eps, P_o @ s2**2)
+    x_max = np.sqrt((P_o * [_MAX_SQ[k] for k in kinds[1:]]) @ s2)
     if m == 0:
         e4_d = _fourth_moment(C)
         lam, kap = _local_constants(sm, float(np.linalg.norm(W, 2)) * x_max)
@@ -838,8 +859,10 @@ def _tight_bound(
     sup_terms: list[tuple[int, np.ndarray, float]] = []
     # m = 0: J = I, only the parties' errors
     at = d.at[0]
-    for j in range(M):
-        first[0] += _party_part(None, at.A0[:, :, blk[j]], s2[j])
+    # each embedding entry's error variance, (B, sum P_m): party j's for the entries of its block
+    s2_entries = np.repeat(s2.T, d.sizes, axis=1)
+    first[0] += _party_part(None, at.A0, s2_entries)
+    for j in range(M if sup_form else 0):
         sup_terms.append((0, at.A0[:, :, blk[j]], d.sizes[j] * float(np.max(s2[j])) / B))
     soft = {}  # the softmax quantities of each distinct point
     if remainder:
@@ -849,18 +872,28 @@ def _tight_bound(
         rem[0] = _squared(
             _dithered_remainder(0, at.W, d.sizes, at.zeta, s2, s0, one, one, soft[id(at)], kinds)
         )
+    grams = [Jm.sample_grams() for Jm in J]  # (B, P_m, P_m): J_i J_i^T
+    G2s = _top_eigenvalues(grams)  # per-sample ||J_{m,i}||^2
+    if remainder:  # per-sample ||W_m J_{m,i}||
+        WKW = []
+        for m in range(1, M + 1):
+            W = d.at[m].W
+            assert W is not None  # a linear head
+            WKW.append(_wkw(W[:, blk[m - 1]], grams[m - 1]))
+        GWs = [np.sqrt(top) for top in _top_eigenvalues(WKW)]
     for m in range(1, M + 1):
         at = d.at[m]
         Jm = J[m - 1]
-        K = Jm.sample_grams()  # (B, P_m, P_m): J_i J_i^T
-        G2 = np.linalg.eigvalsh(K)[:, -1].clip(min=0.0)
-        for j in range(M):
-            if j == m - 1:
-                continue
-            A = at.Hzz[:, blk[m - 1], blk[j]]
-            first[m] += _party_part(K, A, s2[j])
-            factor = float(np.max(G2)) * d.sizes[j] * float(np.max(s2[j])) / B
-            sup_terms.append((m, A, factor))
+        K, G2 = grams[m - 1], G2s[m - 1]
+        others = s2_entries.copy()
+        others[:, blk[m - 1]] = 0.0  # its own block's errors are not in Phi_m
+        first[m] += _party_part(K, at.Hzz[:, blk[m - 1], :], others)
+        if sup_form:
+            for j in range(M):
+                if j == m - 1:
+                    continue
+                factor = float(np.max(G2)) * d.sizes[j] * float(np.max(s2[j])) / B
+                sup_terms.append((m, at.Hzz[:, blk[m - 1], blk[j]], factor))
         if s0 > 0:
             A_m0 = at.A0[:, :, blk[m - 1]]  # (B, N0, P_m)
             first[m] += _server_part(Jm, A_m0, s0)
@@ -870,10 +903,9 @@ def _tight_bound(
             assert at.W is not None and at.bias is not None
             if id(at) not in soft:
                 soft[id(at)] = _softmax_at(at.W, at.bias, at.z)
-            GW = _op_norm_wj(at.W[:, blk[m - 1]], K)
             rem[m] = _squared(
                 _dithered_remainder(
-                    m, at.W, d.sizes, at.zeta, s2, s0, np.sqrt(G2), GW, soft[id(at)], kinds
+                    m, at.W, d.sizes, at.zeta, s2, s0, np.sqrt(G2), GWs[m - 1], soft[id(at)], kinds
                 )
             )
     sup = np.zeros(M + 1) if sup_form else np.full(M + 1, np.nan)

@@ -177,9 +177,10 @@ class HexLatticeQuantizer(RangeQuantizer):
 
         Without dither: the deterministic error measured on ``x``.
         """
-        return self._error_law(
-            x_or_shape, lambda areas, P: float(P * np.sum(areas) * 5.0 / (36.0 * SQRT3))
-        )
+        return super().expected_error(x_or_shape)
+
+    def _component_error(self, cells: np.ndarray) -> np.ndarray:
+        return cells * 5.0 / (36.0 * SQRT3)  # the hexagon's second moment per dimension
 
     def published_bound(self, x_or_shape: Any) -> float:
         r"""The paper's :math:`V B P / 24` (summed over rows when the cell area varies)."""

@@ -149,22 +149,34 @@ class RangeQuantizer(Compressor):
             return np.full(B, cell), P, None
         return np.broadcast_to(self._data_cells(a), (B,)), P, a
 
-    def _error_law(self, x_or_shape: Any, law: Callable[[np.ndarray, int], float]) -> float:
-        """``expected_error``: ``law(cells, P)`` plus the squared clipping distances with dither.
+    @abstractmethod
+    def _component_error(self, cells: np.ndarray) -> np.ndarray:
+        r"""Exact dithered :math:`\mathbb{E}\,e^2` of one component, per cell parameter."""
 
-        Without dither the error is deterministic and measured on ``x``.
+    def expected_row_errors(self, x_or_shape: Any) -> np.ndarray:
+        r"""Exact :math:`\mathbb{E}\|C(x)_b - x_b\|^2` of each row ``b``, ``(B,)``.
+
+        They sum to :meth:`expected_error`. With dither: :math:`P` times the component law at
+        the row's cell parameter (its own in ``"minmax-row"``, the shared one otherwise), plus
+        the row's squared clipping distances (a fixed range). Without dither: the deterministic
+        error of each row, measured on ``x``. One pass for all rows (the per-row error variances
+        of the tight Lemma-1 term).
         """
         cells, P, a = self._row_cells(x_or_shape, "expected_error")
         if not self.dither:
             if a is None:
                 raise ValueError("expected_error without dither is measured on x: pass x")
             out = self._decompress(*self._compress_np(a, None)[:2], a.shape)
-            return float(np.sum((out - a.astype(np.float64)) ** 2))
-        err = law(cells, P)
+            return np.sum((out - a.astype(np.float64)) ** 2, axis=1)
+        err = P * self._component_error(np.asarray(cells, dtype=np.float64))
         if a is not None and not isinstance(self.range, str):
             c = np.clip(a.astype(np.float64), *self.range) - a
-            err += float(np.sum(c * c))
+            err = err + np.sum(c * c, axis=1)
         return err
+
+    def expected_error(self, x_or_shape: Any) -> float:
+        r"""Exact :math:`\mathbb{E}\|C(x) - x\|_F^2`: the sum of :meth:`expected_row_errors`."""
+        return float(np.sum(self.expected_row_errors(x_or_shape)))
 
     # ---- kernels -----------------------------------------------------------------------------
     @property
