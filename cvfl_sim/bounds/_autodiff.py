@@ -566,13 +566,21 @@ def embedding_hessian_factors_at(
             rows=rows,
         )
         B, Pm, n0 = theta_cols.shape[1:]
-        for k, tc, zk in zip(ks, theta_cols, zz):
-            m = points[k][2]
-            if m == 0 or B * Pm > n0 + B * (off[-1] - Pm):  # the column side is the shorter
-                out[k] = GramFactors.of(_linear_head_block(tc, zk, off, m))
-            else:
-                rows_t, other = _linear_head_rows(tc, zk, off, m)
-                out[k] = GramFactors(rows_t, other @ other.transpose(1, 2))
+        if size and B * Pm <= n0 + B * (off[-1] - Pm):  # factors: R and per-sample blocks
+            # each point's other-embedding columns (all but its own block's), gathered at once
+            keep = torch.stack(
+                [
+                    torch.cat([torch.arange(off[m - 1]), torch.arange(off[m], off[-1])])
+                    for m in (points[k][2] for k in ks)
+                ]
+            )
+            other = zz.gather(-1, keep[:, None, None, :].expand(*zz.shape[:-1], keep.shape[1]))
+            blocks = other @ other.transpose(-1, -2)  # (k, B, P_m, P_m): D_i D_i^T
+            for k, tc, blk in zip(ks, theta_cols, blocks):
+                out[k] = GramFactors(tc.reshape(B * Pm, n0), blk)
+            continue
+        for k, tc, zk in zip(ks, theta_cols, zz):  # the column side is the shorter
+            out[k] = GramFactors.of(_linear_head_block(tc, zk, off, points[k][2]))
     assert all(f is not None for f in out)  # every point is in one batch
     return cast(list[GramFactors], out)
 
