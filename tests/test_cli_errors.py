@@ -294,7 +294,15 @@ def test_sigint_saves_a_resumable_checkpoint_and_exits_130(tmp_path):
     ck = tmp_path / "run.ckpt"
     cmd = [sys.executable, "-m", "cvfl_sim.commands.cli", "train", "breast-cancer"]
     cmd += ["--epochs", "100000", "--Q", "1", "--checkpoint", str(ck)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # a shell's background job starts with SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler: the child gets the default disposition back, as from a terminal
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 120
         while not ck.exists() and time.monotonic() < deadline and proc.poll() is None:

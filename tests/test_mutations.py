@@ -126,24 +126,24 @@ def waterfill_lambda(mp: pytest.MonkeyPatch) -> None:
 def scalar_published_law(mp: pytest.MonkeyPatch) -> None:
     """C5.1: the error law uses the published 2^{-2q} instead of 1/(2^q - 1)^2."""
 
-    def law(self, steps):
+    def law(self, steps, P):
         q = self.bits
-        return (steps * (2**q - 1)) ** 2 * 2.0 ** (-2 * q) / 12
+        return P * (steps * (2**q - 1)) ** 2 * 2.0 ** (-2 * q) / 12
 
-    mp.setattr(ScalarQuantizer, "_component_error", law)
+    mp.setattr(ScalarQuantizer, "_row_law", law)
 
 
 def hex_v_over_24(mp: pytest.MonkeyPatch) -> None:
     """C5.2: the error law uses the published V/24 per component."""
-    mp.setattr(HexLatticeQuantizer, "_component_error", lambda self, areas: areas / 24.0)
+    mp.setattr(HexLatticeQuantizer, "_row_law", lambda self, areas, P: P * areas / 24.0)
 
 
 def hex_per_pair_constant(mp: pytest.MonkeyPatch) -> None:
     """C5.2: the per-pair constant 5V/(18 sqrt 3) used per component."""
     mp.setattr(
         HexLatticeQuantizer,
-        "_component_error",
-        lambda self, areas: areas * 5.0 / (18.0 * SQRT3),
+        "_row_law",
+        lambda self, areas, P: P * areas * 5.0 / (18.0 * SQRT3),
     )
 
 

@@ -179,8 +179,8 @@ class HexLatticeQuantizer(RangeQuantizer):
         """
         return super().expected_error(x_or_shape)
 
-    def _component_error(self, cells: np.ndarray) -> np.ndarray:
-        return cells * 5.0 / (36.0 * SQRT3)  # the hexagon's second moment per dimension
+    def _row_law(self, cells: np.ndarray, P: int) -> np.ndarray:
+        return P * cells * 5.0 / (36.0 * SQRT3)  # the hexagon's second moment per dimension
 
     def published_bound(self, x_or_shape: Any) -> float:
         r"""The paper's :math:`V B P / 24` (summed over rows when the cell area varies)."""

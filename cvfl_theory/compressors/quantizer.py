@@ -150,15 +150,15 @@ class RangeQuantizer(Compressor):
         return np.broadcast_to(self._data_cells(a), (B,)), P, a
 
     @abstractmethod
-    def _component_error(self, cells: np.ndarray) -> np.ndarray:
-        r"""Exact dithered :math:`\mathbb{E}\,e^2` of one component, per cell parameter."""
+    def _row_law(self, cells: np.ndarray, P: int) -> np.ndarray:
+        r"""Exact dithered :math:`\mathbb{E}\|e_b\|^2` of a row of ``P`` components, per cell."""
 
     def expected_row_errors(self, x_or_shape: Any) -> np.ndarray:
         r"""Exact :math:`\mathbb{E}\|C(x)_b - x_b\|^2` of each row ``b``, ``(B,)``.
 
-        They sum to :meth:`expected_error`. With dither: :math:`P` times the component law at
-        the row's cell parameter (its own in ``"minmax-row"``, the shared one otherwise), plus
-        the row's squared clipping distances (a fixed range). Without dither: the deterministic
+        They sum to :meth:`expected_error`. With dither: the error law of a row of :math:`P`
+        components at the row's cell parameter (its own in ``"minmax-row"``, the shared one
+        otherwise), plus the row's squared clipping distances (a fixed range). Without dither: the deterministic
         error of each row, measured on ``x``. One pass for all rows (the per-row error variances
         of the tight Lemma-1 term).
         """
@@ -168,7 +168,7 @@ class RangeQuantizer(Compressor):
                 raise ValueError("expected_error without dither is measured on x: pass x")
             out = self._decompress(*self._compress_np(a, None)[:2], a.shape)
             return np.sum((out - a.astype(np.float64)) ** 2, axis=1)
-        err = P * self._component_error(np.asarray(cells, dtype=np.float64))
+        err = self._row_law(np.asarray(cells, dtype=np.float64), P)
         if a is not None and not isinstance(self.range, str):
             c = np.clip(a.astype(np.float64), *self.range) - a
             err = err + np.sum(c * c, axis=1)

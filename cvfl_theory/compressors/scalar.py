@@ -127,8 +127,8 @@ class ScalarQuantizer(RangeQuantizer):
         """
         return super().expected_error(x_or_shape)
 
-    def _component_error(self, cells: np.ndarray) -> np.ndarray:
-        return cells**2 / 12.0  # uniform on a step
+    def _row_law(self, cells: np.ndarray, P: int) -> np.ndarray:
+        return P * cells**2 / 12.0  # uniform on a step
 
     def published_bound(self, x_or_shape: Any) -> float:
         r"""The paper's :math:`B P (h_{\max} - h_{\min})^2 2^{-2q} / 12` (summed over row ranges)."""
