@@ -483,8 +483,13 @@ def test_expected_row_errors_are_each_rows_error(cls, rng_mode, dither):
     elif rng_mode == "minmax-row":  # a row's error depends on that row alone
         for b in range(3):
             assert rows[b] == pytest.approx(q.expected_error(x[b : b + 1]), rel=1e-12)
-    elif rng_mode == "minmax-tensor":  # one cell for all rows: equal shares
-        np.testing.assert_allclose(rows, rows[0], rtol=1e-12)
+    elif rng_mode == "minmax-tensor":  # one cell for all rows: each row's, not the tensor's
+        # the same cell as a fixed range: the tensor's range, rounded outward to float32 (sent)
+        lo, hi = np.float32(x.min()), np.float32(x.max())
+        lo = np.nextafter(lo, np.float32(-np.inf)) if lo > x.min() else lo
+        hi = np.nextafter(hi, np.float32(np.inf)) if hi < x.max() else hi
+        fixed = cls(3, range=(float(lo), float(hi)))
+        np.testing.assert_allclose(rows, fixed.expected_error((1, 7)), rtol=1e-12)
     else:  # a fixed range: equal dither errors, plus each row's own clipping
         clip = np.sum((np.clip(x, -0.5, 0.9) - x) ** 2, axis=1)
         assert clip[2] > clip[0] == 0.0

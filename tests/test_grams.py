@@ -511,3 +511,5 @@ def test_float64_mirror_follows_values_flags_and_replaced_tensors():
         model[2].bias.data = torch.ones(5)  # the same object, another shape: a new copy
     fourth = mirror([model])[0]
     assert fourth is not third and fourth[2].bias.shape == (5,)
+    model[1] = nn.BatchNorm1d(4)  # a new submodule of the same shapes: a new copy
+    assert mirror([model])[0] is not fourth

@@ -574,6 +574,7 @@ def embedding_hessian_factors_at(
                     for m in (points[k][2] for k in ks)
                 ]
             )
+            keep = keep.to(zz.device)
             other = zz.gather(-1, keep[:, None, None, :].expand(*zz.shape[:-1], keep.shape[1]))
             blocks = other @ other.transpose(-1, -2)  # (k, B, P_m, P_m): D_i D_i^T
             for k, tc, blk in zip(ks, theta_cols, blocks):
