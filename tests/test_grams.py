@@ -512,4 +512,10 @@ def test_float64_mirror_follows_values_flags_and_replaced_tensors():
     fourth = mirror([model])[0]
     assert fourth is not third and fourth[2].bias.shape == (5,)
     model[1] = nn.BatchNorm1d(4)  # a new submodule of the same shapes: a new copy
-    assert mirror([model])[0] is not fourth
+    fifth = mirror([model])[0]
+    assert fifth is not fourth
+    # a hook registered after the copy: a new copy, which has it (the closed forms refuse it)
+    model[0].register_forward_hook(lambda mod, args, out: out * 2.0)
+    sixth = mirror([model])[0]
+    assert sixth is not fifth and len(sixth[0]._forward_hooks) == 1
+    assert mirror([model])[0] is sixth

@@ -35,8 +35,9 @@ class Float64Mirror:
     differences of close gradients need the precision). Deep-copying the modules at every
     probed step cost more than the copy itself; here the structure is copied once and the
     parameters, buffers and training flags are copied into it at each call, for as long as the
-    same module objects, holding the same parameter and buffer objects of the same shapes, are
-    passed (otherwise they are deep-copied again). Each call walks each model's modules once.
+    same module objects, holding the same parameter and buffer objects of the same shapes and
+    the same hooks, are passed (otherwise they are deep-copied again, hooks included). Each call
+    walks each model's modules once.
     """
 
     def __init__(self) -> None:
@@ -74,22 +75,32 @@ class _Tensors:
     modules: tuple[nn.Module, ...]
     tensors: tuple[torch.Tensor, ...]
     shapes: tuple[tuple[int, ...], ...]
+    hooks: tuple[Any, ...]  # per submodule: its hooks' handles and any own forward
 
     @classmethod
     def of(cls, model: nn.Module) -> _Tensors:
         modules = tuple(model.modules())
         tensors = (*model.parameters(), *model.buffers())
-        return cls(modules, tensors, tuple(tuple(t.shape) for t in tensors))
+        hooks = tuple(
+            (*(tuple(getattr(m, name, {})) for name in _HOOK_DICTS), vars(m).get("forward"))
+            for m in modules
+        )
+        return cls(modules, tensors, tuple(tuple(t.shape) for t in tensors), hooks)
 
     def same_as(self, other: _Tensors) -> bool:
-        """The same submodules and tensor objects, of the same shapes."""
+        """The same submodules and tensor objects, of the same shapes, with the same hooks."""
         return (
             len(self.tensors) == len(other.tensors)
             and len(self.modules) == len(other.modules)
             and all(a is b for a, b in zip(self.tensors, other.tensors))
             and all(a is b for a, b in zip(self.modules, other.modules))
             and self.shapes == other.shapes
+            and self.hooks == other.hooks
         )
+
+
+#: A module's hook dictionaries (torch's attribute names): what its forward runs besides itself.
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
 
 def check_all_trained(parties: Sequence[nn.Module], server: nn.Module, what: str) -> None:
@@ -357,10 +368,13 @@ def _unhooked(holders: Sequence[nn.Module]) -> bool:
     if any("forward" in vars(h) for h in holders):
         return False
 
-    hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-    registered = [fn for h in holders for name in hooks for fn in getattr(h, name, {}).values()]
+    registered = [
+        fn for h in holders for name in _HOOK_DICTS for fn in getattr(h, name, {}).values()
+    ]
     # torch.nn.modules.module.register_module_forward_hook and the like
-    registered += [fn for name in hooks for fn in getattr(torch_module, f"_global{name}").values()]
+    registered += [
+        fn for name in _HOOK_DICTS for fn in getattr(torch_module, f"_global{name}").values()
+    ]
     return all(_observing(fn) for fn in registered)
 
 
