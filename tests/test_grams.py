@@ -121,7 +121,7 @@ def test_jacobian_operator_equals_autograd(hidden, bias, monkeypatch):
 
 
 def test_stacked_jacobians_of_different_widths():
-    """Parties with different input widths share one batch (zero-padded inputs)."""
+    """Parties with different input widths and biases share one batch (their B-square kernels)."""
     parties = [_party(4, 3, 7, True, seed=30), _party(6, 3, 7, (True, False), seed=31)]
     xs = [_inputs(5, 4, seed=32), _inputs(5, 6, seed=33)]
     ops = embedding_jacobians(parties, xs)

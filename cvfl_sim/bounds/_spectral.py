@@ -279,7 +279,8 @@ def lanczos_top(
     classical Gram-Schmidt, twice (Arnoldi's full orthogonalisation, whose coefficients on the
     last two vectors are the recurrence's :math:`\alpha_j`, :math:`\beta_{j-1}`). Every 2 steps
     from the 12th the top Ritz pair of each tridiagonal matrix :math:`T_j` is computed; its
-    residual is :math:`\beta_j |s_j|` (:math:`s` the Ritz vector in the Lanczos basis). A matrix is done, and leaves the iteration, when its residual is at
+    residual is :math:`\beta_j |s_j|` (:math:`s` the Ritz vector in the Lanczos basis). A
+    matrix is done, and leaves the iteration, when its residual is at
     most :data:`LANCZOS_TOL` times the Ritz value, or after ``n`` steps; the iteration stops when
     all are done or after :data:`LANCZOS_MAX_STEPS` steps. At an invariant subspace (a start
     vector in the span of a few eigenvectors, or a matrix of low rank) the Ritz values are exact

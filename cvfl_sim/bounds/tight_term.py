@@ -408,7 +408,7 @@ def _blocks(sizes: Sequence[int]) -> list[slice]:
 
 
 def _party_part(K: np.ndarray | None, A: np.ndarray, s2: np.ndarray) -> float:
-    r""":math:`\frac1{B^2}\sum_i \sum_c s_{i,c}^2 \|J_i^\top A_{i,c}\|^2` with :math:`K_i = J_i J_i^\top`.
+    r""":math:`\frac1{B^2}\sum_i \sum_c s_{i,c}^2 \|J_i^\top A_{i,c}\|^2`, :math:`K_i = J_i J_i^\top`.
 
     ``K=None`` means :math:`J_i = I` (the server block). ``A`` is ``(B, P_m, C)``, its columns
     :math:`A_{i,c}` the embedding entries of the other parties; ``s2`` is ``(B, C)``, the error

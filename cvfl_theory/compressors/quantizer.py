@@ -158,9 +158,9 @@ class RangeQuantizer(Compressor):
 
         They sum to :meth:`expected_error`. With dither: the error law of a row of :math:`P`
         components at the row's cell parameter (its own in ``"minmax-row"``, the shared one
-        otherwise), plus the row's squared clipping distances (a fixed range). Without dither: the deterministic
-        error of each row, measured on ``x``. One pass for all rows (the per-row error variances
-        of the tight Lemma-1 term).
+        otherwise), plus the row's squared clipping distances (a fixed range). Without dither:
+        the deterministic error of each row, measured on ``x``. One pass for all rows (the
+        per-row error variances of the tight Lemma-1 term).
         """
         cells, P, a = self._row_cells(x_or_shape, "expected_error")
         if not self.dither:
