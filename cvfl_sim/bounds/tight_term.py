@@ -897,8 +897,9 @@ def _tight_bound(
         if s0 > 0:
             A_m0 = at.A0[:, :, blk[m - 1]]  # (B, N0, P_m)
             first[m] += _server_part(Jm, A_m0, s0)
-            factor = float(np.max(G2)) * min(d.sizes[m - 1], d.n0) * s0
-            sup_terms.append((m, A_m0, factor))
+            if sup_form:
+                factor = float(np.max(G2)) * min(d.sizes[m - 1], d.n0) * s0
+                sup_terms.append((m, A_m0, factor))
         if remainder:
             assert at.W is not None and at.bias is not None
             if id(at) not in soft:
