@@ -138,6 +138,7 @@ API_SECTIONS = [
             "cvfl_sim.bounds.lemma1",
             "cvfl_sim.bounds.tight_term",
             "cvfl_sim.bounds.sampled_lemma1",
+            "cvfl_sim.bounds.drift",
             "cvfl_sim.bounds.analytic_constants",
             "cvfl_sim.bounds.plotting",
         ],

@@ -16,6 +16,7 @@ import pytest
 
 import cvfl_sim.bounds.analytic_constants as analytic
 import cvfl_sim.bounds.certificate as certificate
+import cvfl_sim.bounds.drift as drift
 import cvfl_sim.bounds.lemma1 as lemma1
 import cvfl_sim.bounds.sampled_lemma1 as sampled
 import cvfl_sim.bounds.theorems as theorems
@@ -43,6 +44,7 @@ GUARDED = [
     "c4_5_tight_points",
     "c4_7_certificate",
     "c4_8_sampled_lemma1",
+    "c4_9_drift",
 ]
 
 
@@ -392,8 +394,8 @@ def tight_per_round_zero_fill(mp: pytest.MonkeyPatch) -> None:
     """C4.2 tight and sampled forms of term 3: the unprobed rounds' bounds 0, not the probed mean."""
     orig = theorems._bound_per_round
 
-    def zero_filled(values, rounds, R):
-        out = orig(values, rounds, R)
+    def zero_filled(values, rounds, R, whole=None):
+        out = orig(values, rounds, R, whole)
         if out is not None:
             probed = np.zeros(R, dtype=bool)
             probed[rounds[np.isfinite(values).all(axis=1) & (rounds < R)]] = True
@@ -454,6 +456,22 @@ def sampled_poincare_factor_small(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(sampled, "poincare_factor", lambda w: 0.75 * factor(w))
 
 
+def drift_eta_halved(mp: pytest.MonkeyPatch) -> None:
+    """C4.9's recursion with eta / 2: D_{k+1} = rho D_k + (eta / 2) A_k."""
+    bounds = drift.drift_bounds
+    mp.setattr(drift, "drift_bounds", lambda t, eta, lam, rho: bounds(t, eta / 2, lam, rho))
+
+
+def drift_smoothness_quarter(mp: pytest.MonkeyPatch) -> None:
+    """C4.9's smoothness with diag p - p p^T <= I/4 (the softmax curvature halved again)."""
+    mp.setattr(drift, "SOFTMAX_LIPSCHITZ", 0.25)
+
+
+def drift_smoothness_without_bias(mp: pytest.MonkeyPatch) -> None:
+    """C4.9's smoothness from the inputs without the bias column of ones."""
+    mp.setattr(drift, "_augmented", lambda x, bias: x)
+
+
 MUTATIONS: list[tuple[str, Callable[[pytest.MonkeyPatch], None], list[str]]] = [
     ("k1.2-mse-over-n", mse_over_n, ["k1_2_mse", "k2_2_mse"]),
     ("sampler-0.95p", sampler_095p, ["k1_1_unbiased", "k1_2_mse", "k5_1_binary"]),
@@ -501,6 +519,9 @@ MUTATIONS: list[tuple[str, Callable[[pytest.MonkeyPatch], None], list[str]]] = [
     ("c4.8-chebyshev-dropped", sampled_chebyshev_dropped, ["c4_8_sampled_lemma1"]),
     ("c4.8-server-range-max", sampled_server_range_max, ["c4_8_sampled_lemma1"]),
     ("c4.8-poincare-factor-3/4", sampled_poincare_factor_small, ["c4_8_sampled_lemma1"]),
+    ("c4.9-eta-halved", drift_eta_halved, ["c4_9_drift"]),
+    ("c4.9-smoothness-quarter", drift_smoothness_quarter, ["c4_9_drift"]),
+    ("c4.9-smoothness-without-bias", drift_smoothness_without_bias, ["c4_9_drift"]),
     ("c4.1-min-over-probes", report_min_over_probes, ["c4_1_lemma1_measured"]),
     ("c4.1-smaller-of-two-points", probe_smaller_point, ["c4_1_lemma1_measured"]),
     ("c4.2-with-lemma1-minimum", with_lemma1_minimum, ["c4_1_lemma1_measured"]),

@@ -219,9 +219,13 @@ class Lemma1Probe:
     tight : bool
         Also evaluate the tight bound of C4.5 (ours, :mod:`cvfl_sim.bounds.tight_term`) at every
         probed local step, each block at its own point of Lemma 1, for the report's tight / left
-        column. At a round start it bounds the expectation over the round's dither; at a later
-        step the point itself depends on that dither, so there it is an *estimate* (the
-        realised form for biased compressors such as top-k has no dither and bounds every step).
+        column. At a round start it bounds the expectation over the round's dither. At a later
+        step the point itself depends on that dither: for the analytic model (linear parties
+        and head) a probed round that also probes a later step takes C4.9 (ours,
+        :mod:`cvfl_sim.bounds.drift`) at every local step instead, a bound (it costs ``Q``
+        evaluations of C4.5 a round); for other models C4.5 at the step's own point is an
+        *estimate* there (the realised form for biased compressors such as top-k has no dither
+        and bounds every step).
     sampled : int
         Dither draws of the confidence bound of C4.8 (ours,
         :func:`cvfl_sim.bounds.sampled_lemma1.sampled_lemma1_bound`) at the probed local steps 0,
@@ -306,6 +310,8 @@ class Lemma1Probe:
         self._mirror = Float64Mirror()
         self._bar: Any = None
         self._last: tuple[int, int] = (-1, -1)
+        # the probed round's C4.9 bounds at every local step: (round, (Q, M + 1) array)
+        self._round_tight: tuple[int, np.ndarray] | None = None
         self.seconds = 0.0
 
     def wants(self, round_index: int, step: int, Q: int) -> bool:
@@ -389,24 +395,37 @@ class Lemma1Probe:
                     zip(compressors, stale.detach().split(sizes, 1)), start=1
                 ):
                     E_exp[j] = float(c.expected_error(h))
-            tight = (
-                None
-                if error_feedback
-                else self._tight(
-                    step,
-                    P64,
-                    S64,
-                    x64,
-                    y,
-                    [bh - bz for bh, bz in zip(Zh.split(sizes, 1), Z.split(sizes, 1))],
-                    t0h - t0,
-                    compressors,
-                    server_compressor,
-                    J,
-                    Z,
-                    t0,
+            round_bound = None
+            if self._round_tight is not None and self._round_tight[0] == round_index and step:
+                tight: tuple[np.ndarray, str] | None = (
+                    self._round_tight[1][step],
+                    "dithered, drift",
                 )
-            )
+            else:
+                tight = (
+                    None
+                    if error_feedback
+                    else self._tight(
+                        step,
+                        P64,
+                        S64,
+                        x64,
+                        y,
+                        [bh - bz for bh, bz in zip(Zh.split(sizes, 1), Z.split(sizes, 1))],
+                        t0h - t0,
+                        compressors,
+                        server_compressor,
+                        J,
+                        Z,
+                        t0,
+                    )
+                )
+                if step == 0 and tight is not None and self._later_steps_wanted(round_index, Q):
+                    round_bound = self._drift(
+                        tight, eta, Q, P64, S64, x64, y, compressors, server_compressor, J
+                    )
+                    if round_bound is not None:
+                        self._round_tight = (int(round_index), round_bound)
             sampled = (
                 None
                 if not self.sampled
@@ -432,6 +451,7 @@ class Lemma1Probe:
                 "E_expected": E_exp,
                 "tight": None if tight is None else tight[0],
                 "tight_kind": None if tight is None else tight[1],
+                "tight_round": round_bound,
                 "sampled": sampled,
             }
         self._rows.append(row)
@@ -503,6 +523,48 @@ class Lemma1Probe:
             if any(draws_dither(c) for c in [*compressors, server_compressor]):
                 return np.asarray(res.bound, dtype=np.float64), "realised draw"
         return np.asarray(res.bound, dtype=np.float64), res.method
+
+    def _later_steps_wanted(self, round_index: int, Q: int) -> bool:
+        """Whether this probed round also probes a local step after its start."""
+        return any(self.wants(round_index, k, Q) for k in range(1, Q))
+
+    def _drift(
+        self,
+        tight: tuple[np.ndarray, str],
+        eta: float | None,
+        Q: int,
+        parties: Sequence[nn.Module],
+        server: nn.Module,
+        x: Sequence[torch.Tensor],
+        y: torch.Tensor,
+        compressors: Sequence[Any],
+        server_compressor: Any,
+        jacobians: Sequence[EmbeddingJacobian],
+    ) -> np.ndarray | None:
+        r"""C4.9 (ours) at every local step of the round, from its start; ``None`` where it does not apply.
+
+        :func:`cvfl_sim.bounds.drift.round_tight_bounds`: the dithered C4.5 at the round start's
+        uncompressed local path plus the drift of the compressed one, proved for the analytic
+        model (linear parties and head) with a known step size. Elsewhere the later steps keep
+        C4.5 at their own points (an estimate).
+        """
+        from .analytic_constants import is_analytic
+        from .drift import round_tight_bounds
+
+        if tight[1] != "dithered" or eta is None or not is_analytic(parties, server):
+            return None
+        return round_tight_bounds(
+            parties,
+            server,
+            x,
+            y,
+            compressors,
+            server_compressor,
+            float(eta),
+            Q,
+            jacobians=jacobians,
+            first=tight[0],
+        ).bound
 
     def _sampled(
         self,
@@ -600,9 +662,14 @@ class Lemma1Report(Table):
         (``nan`` where it does not apply), when it was asked for.
     tight_kinds : list of str
         Per probe, how it was evaluated: ``"dithered"`` (an expectation over the round's dither:
-        a bound at a round start, an estimate at a later step), ``"realised"`` (the realised
-        errors where no compressor draws a dither, e.g. top-k: a bound at every step),
-        ``"realised draw"`` (the realised errors of one dither draw: an estimate) or ``"none"``.
+        a bound at a round start, an estimate at a later step), ``"dithered, drift"`` (a later
+        step of the analytic model: C4.9, the round start's uncompressed local path plus the
+        drift, a bound), ``"realised"`` (the realised errors where no compressor draws a dither,
+        e.g. top-k: a bound at every step), ``"realised draw"`` (the realised errors of one
+        dither draw: an estimate) or ``"none"``.
+    tight_rounds : dict of int to numpy.ndarray
+        Per probed round where C4.9 (ours, :mod:`cvfl_sim.bounds.drift`) applies, its ``(Q, M +
+        1)`` bounds at **every** local step of the round (row ``k`` step ``k``), probed or not.
     sampled : numpy.ndarray or None
         ``(P, M + 1)`` :func:`cvfl_sim.bounds.sampled_lemma1.sampled_lemma1_bound` (C4.8) where
         the probe evaluated it (round starts; ``nan`` elsewhere), ``None`` without ``sampled``.
@@ -637,6 +704,11 @@ class Lemma1Report(Table):
         self.E_expected = arr("E_expected")
         self.tight = None if rows[0]["tight"] is None else arr("tight")
         self.tight_kinds = [str(r.get("tight_kind")) for r in rows]
+        self.tight_rounds = {
+            int(r["round"]): np.asarray(r["tight_round"], dtype=np.float64)
+            for r in rows
+            if r.get("tight_round") is not None
+        }
         self.sampled = None if rows[0].get("sampled") is None else arr("sampled")
         self.delta = delta
         self.sampled_skipped = list(sampled_skipped)

@@ -656,13 +656,17 @@ def _errors(run: RunResult, R: int, M: int, split: str) -> np.ndarray:
 
 
 def _bound_per_round(
-    values: np.ndarray | None, rounds: np.ndarray, R: int
+    values: np.ndarray | None,
+    rounds: np.ndarray,
+    R: int,
+    whole: dict[int, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, int] | None:
     """``(R, M + 1)`` per-round Lemma-1 bounds and how many rounds had one.
 
     Each round gets the mean of its probed steps' bounds (C4.5 at every probed step, C4.8 at
-    round starts); the rounds without a probe get the probed rounds' mean (an estimate there,
-    not a bound).
+    round starts), or, where ``whole`` has the round (C4.9), the mean over every local step of
+    the round; the rounds without a probe get the probed rounds' mean (an estimate there, not a
+    bound).
     """
     if values is None:
         return None
@@ -671,7 +675,8 @@ def _bound_per_round(
         return None
     out = np.full((R, values.shape[1]), np.nan)
     for r in np.unique(rounds[rows]):
-        out[r] = values[rows & (rounds == r)].mean(axis=0)
+        full = (whole or {}).get(int(r))
+        out[r] = full.mean(axis=0) if full is not None else values[rows & (rounds == r)].mean(0)
     probed = int(np.count_nonzero(~np.isnan(out[:, 0])))
     out[np.isnan(out[:, 0])] = np.nanmean(out, axis=0)
     return out, probed
@@ -682,20 +687,27 @@ def _later_steps(name: str, values: np.ndarray, lemma1: Any, R: int, Q: int) -> 
 
     C4.8 is evaluated at round starts only; C4.5 at every probed step, where its dithered form
     is an expectation at a point that itself depends on the round's dither (an estimate) and its
-    realised form (biased compressors) bounds the step. Either must also have been evaluated at
-    every local step it is charged to.
+    realised form (biased compressors) bounds the step; C4.9 (the analytic model) bounds every
+    local step of its rounds. Each must also have been evaluated at every local step it is
+    charged to.
     """
     if name.startswith("sampled"):
         return [f"charged to all {Q} local steps, proved at step 0 only"]
     keep = np.isfinite(values).all(axis=1) & (lemma1.rounds < R)
     out = []
-    per_round = [len(np.unique(lemma1.steps[keep & (lemma1.rounds == r)])) for r in range(R)]
+    whole = lemma1.tight_rounds
+    per_round = [
+        Q if r in whole else len(np.unique(lemma1.steps[keep & (lemma1.rounds == r)]))
+        for r in range(R)
+    ]
     probed = [n for n in per_round if n]
     if min(probed) < Q:
         many = f"{min(probed)}" if min(probed) == max(probed) else f"{min(probed)}-{max(probed)}"
         out.append(f"evaluated at {many} of the {Q} local steps of a probed round")
-    kinds = {k for k, ok in zip(lemma1.tight_kinds, keep) if ok}
-    if kinds != {"realised"} and np.any(lemma1.steps[keep] > 0):
+    later = keep & (lemma1.steps > 0)
+    if any(
+        k not in ("realised", "dithered, drift") for k, ok in zip(lemma1.tight_kinds, later) if ok
+    ):
         out.append("an expectation at points that depend on the round's dither after its start")
     return out
 
@@ -866,10 +878,20 @@ def bound_vs_observed(
         probed = len(np.unique(lemma1.rounds[lemma1.rounds < R]))
         level = f"; all at once with probability >= {1 - (lemma1.delta or 0.0):g}"
         for name, values, what in (
-            ("tight (C4.5, ours)", lemma1.tight, "tight bound at the probed steps"),
+            (
+                "tight (C4.5, ours)",
+                lemma1.tight,
+                "tight bound at the probed steps"
+                + (
+                    "; C4.9 (ours, the drift) at every local step of a probed round"
+                    if lemma1.tight_rounds
+                    else ""
+                ),
+            ),
             ("sampled (C4.8, ours)", lemma1.sampled, "confidence bound at the round starts"),
         ):
-            per_round = _bound_per_round(values, lemma1.rounds, R)
+            whole = lemma1.tight_rounds if name.startswith("tight") else None
+            per_round = _bound_per_round(values, lemma1.rounds, R, whole)
             if per_round is None:
                 continue
             # a bound where it was evaluated at every step it is charged to and is a bound at

@@ -35,8 +35,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "with the run's own constants (proved for the analytic model, estimated for the MLP), "
         "Theorem 4.2 (constants as recovered) term by term beside the observed average "
         "||grad F||^2 -- with the recovered term 3, with the tight term (C4.5, ours; a bound "
-        "at Q = 1 with every round start probed, or for top-k with every local step probed; else "
-        "an estimate) and, as an estimate, with "
+        "at Q = 1 with every round start probed, at any Q for the analytic model with later "
+        "steps probed (C4.9, ours), or for top-k with every local step probed; else an "
+        "estimate) and, as an estimate, with "
         "the measured Lemma-1 left side -- and our certificate of the run's own "
         "average gradient (C4.7). A bound whose hypotheses fail is reported as 'does not apply' "
         "with the numbers. Progress goes to stderr.",

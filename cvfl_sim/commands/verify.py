@@ -74,6 +74,7 @@ _SLOW_FIRST = {
             "c4_4_diminishing",
             "c4_5_tight_term",
             "c4_8_sampled_lemma1",
+            "c4_9_drift",
             "k3_2_low_communication",
             "c4_6_pep",
         ]

@@ -13,9 +13,11 @@ on every local step. Then, in this order:
    **4.4** (diminishing step; against the smallest), constants as recovered, with
    :func:`~cvfl_sim.bounds.theorems.bound_vs_observed` in two forms of term 3 -- ``recovered``
    (Lemma 1's right side; proved constants for the analytic model, estimates for the MLP) and
-   ``tight (C4.5, ours)``, a bound only at ``Q = 1`` with every round start probed (at ``Q > 1``
-   it is evaluated at local steps ``0`` and ``Q - 1``, at points that depend on the round's
-   dither after its start, and charged to every step: an estimate, marked so),
+   ``tight (C4.5, ours)``, a bound at ``Q = 1`` with every round start probed, and at ``Q > 1``
+   for the analytic model with a dithered quantizer, where C4.9 (ours,
+   :mod:`cvfl_sim.bounds.drift`) bounds every local step of every round (for the MLP or top-k
+   at ``Q > 1`` it is evaluated at local steps ``0`` and ``Q - 1``, at points that depend on
+   the round's dither after its start, and charged to every step: an estimate, marked so),
    ``sampled (C4.8, ours)``, the confidence bound from dither draws (all of a run's at once with
    probability at least ``1 - DELTA``; a bound or an estimate as the tight form; not for top-k,
    whose error is biased) -- and the plug-in *estimate* with the measured Lemma-1 left side.
@@ -555,8 +557,9 @@ def _summary_markdown(s: dict[str, Any]) -> str:
                     (
                         "tight",
                         "the tight term (C4.5, ours)",
-                        "Q > 1: evaluated at local steps 0 and Q - 1 only, and after a round's "
-                        "start at points that depend on its dither",
+                        "Q > 1 with the MLP or top-k: evaluated at local steps 0 and Q - 1 "
+                        "only, and after a round's start at points that depend on its dither; "
+                        "the analytic model's dithered runs are bounds at every step by C4.9",
                     ),
                     (
                         "sampled",
