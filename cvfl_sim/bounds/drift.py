@@ -284,8 +284,9 @@ def reference_path(
     the given models themselves).
     """
     with torch.no_grad():
-        stale = torch.cat([p(x) for p, x in zip(parties, inputs)], dim=1).detach()
-    sizes = [int(p(x[:1]).shape[1]) for p, x in zip(parties, inputs)]
+        H = [p(x).detach() for p, x in zip(parties, inputs)]
+    stale = torch.cat(H, dim=1)
+    sizes = [int(h.shape[1]) for h in H]
     theta0 = flat_params(server)
     path: list[tuple[list[nn.Module], nn.Module]] = [(list(parties), server)]
     now_p = [copy.deepcopy(p) for p in parties]
