@@ -32,6 +32,14 @@ an equality, so that a wrong constant fails:
   ``bound >= MC - 5 SE`` at every step and block (bound / truth 1.03--5.6); and at 2 bits after
   training, ``B = 1, Q = 25`` (1.6--17) and ``B = 16, Q = 10`` (C4.5's own looseness at 2 bits,
   1e2--3e4), as validity checks.
+- **C4.8 on the path** (:func:`~cvfl_sim.bounds.drift.round_sampled_bounds`, the probe's
+  ``sampled_later``): the confidence bound at the points of the uncompressed path (2000 draws
+  each, all of the round's at once with probability at least 0.95) plus the drift, against the
+  same Monte Carlo at 2 bits after training with the server model sent uncompressed
+  (``B = 16, Q = 5``): ``bound >= MC - 5 SE`` at every step and block (bound / truth 4--17 on
+  the party blocks, 39--77 on the server's, where C4.8 itself is 39 and the drift doubles it),
+  a validity check of a statement that holds with probability at least 0.95 over the bound's
+  own draws (fixed seed).
 """
 
 from __future__ import annotations
@@ -55,6 +63,12 @@ PATHWISE = 1e-9
 
 DRAWS = 300
 """Dither draws of each Monte Carlo comparison."""
+
+SAMPLED_DRAWS = 2000
+"""Dither draws of each C4.8 bound on the path (its own draws, not the Monte Carlo's)."""
+
+SAMPLED_DELTA = 0.05
+"""The round's C4.8 bounds hold all at once with probability at least ``1 - SAMPLED_DELTA``."""
 
 
 # ------------------------------------------------------------------------------- the recursion
@@ -213,7 +227,9 @@ def _party_grad(
     return np.asarray(np.einsum("dbc,dcp,bq->dpq", G, theta[..., cols], xt))
 
 
-def _paths(model: _Model, B: int, Q: int, bits: int, eta: float, seed: int) -> dict[str, Any]:
+def _paths(
+    model: _Model, B: int, Q: int, bits: int, eta: float, seed: int, server: bool = True
+) -> dict[str, Any]:
     """Every draw's compressed local path, the uncompressed path, and the package's bound.
 
     Returns the left sides ``(draws, Q, M + 1)``, the worst ratio of each pathwise inequality,
@@ -230,11 +246,13 @@ def _paths(model: _Model, B: int, Q: int, bits: int, eta: float, seed: int) -> d
     offs = np.cumsum([0] + sizes)
     cols = [slice(int(offs[m]), int(offs[m + 1])) for m in range(len(H))]
     comp = ScalarQuantizer(bits)
+    comp0 = comp if server else None
     rng = np.random.default_rng(seed + 1)
     Zs, Ths = [], []
     for _ in range(DRAWS):
         Zs.append(np.hstack([comp.roundtrip(h, rng=rng) for h in H]))
-        Ths.append(comp.roundtrip(th0.reshape(1, -1), rng=rng).reshape(th0.shape))
+        sent = th0 if comp0 is None else comp0.roundtrip(th0.reshape(1, -1), rng=rng)
+        Ths.append(sent.reshape(th0.shape))
     Zh = _aug(np.stack(Zs))  # (d, B, P+1): the compressed stale embeddings
     Z = _aug(np.broadcast_to(np.hstack(H), Zh.shape[:1] + np.hstack(H).shape).copy())
     Th = np.stack(Ths)  # (d, C, P+1): C_0(theta_0)
@@ -280,7 +298,7 @@ def _paths(model: _Model, B: int, Q: int, bits: int, eta: float, seed: int) -> d
         torch_x,
         torch.tensor(y),
         comp,
-        comp,
+        comp0,
         eta,
         Q,
     )
@@ -298,6 +316,9 @@ def _paths(model: _Model, B: int, Q: int, bits: int, eta: float, seed: int) -> d
 
 
 def check() -> CheckResult:
+    from cvfl_sim.bounds.drift import round_sampled_bounds
+    from cvfl_theory.compressors import ScalarQuantizer
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -363,6 +384,38 @@ def check() -> CheckResult:
             tightness[name] = (float(ratio.min()), float(ratio.max()), res["step"])
             if bits == 6:
                 main = (float(bound[k, m]), float(mean[k, m]), float(Z_SE * se[k, m]))
+        # C4.8 on the path (sampled_later): the confidence bound where it is tight, 2 bits after
+        # training with the server model sent uncompressed
+        name = "C4.8 on the path, 2 bits, server uncompressed, B = 16, Q = 5"
+        res = _paths(model, 16, 5, 2, 0.002, 14, server=False)
+        x, y = model.batch(16, 14)
+        sampled = round_sampled_bounds(
+            model.torch_parties,
+            model.torch_head,
+            [torch.tensor(xm) for xm in x],
+            torch.tensor(y),
+            ScalarQuantizer(2),
+            None,
+            0.002,
+            5,
+            draws=SAMPLED_DRAWS,
+            delta=SAMPLED_DELTA,
+        ).bound
+        mean = res["left"].mean(axis=0)
+        se = res["left"].std(axis=0, ddof=1) / math.sqrt(DRAWS)
+        slack = (sampled - (mean - Z_SE * se)) / np.maximum(mean, 1e-300)
+        k, m = np.unravel_index(int(np.argmin(slack)), slack.shape)
+        comps.append(
+            Comparison(
+                f"sampled bound >= MC left side - 5 SE, {name} (step {k}, block {m})",
+                float(sampled[k, m]),
+                float(mean[k, m]),
+                float(Z_SE * se[k, m]),
+                ">=",
+            )
+        )
+        ratio = sampled / mean
+        tightness[name] = (float(ratio.min()), float(ratio.max()), res["step"])
     finally:
         torch.set_num_threads(threads)
     return CheckResult(

@@ -242,3 +242,79 @@ def test_theorem_reads_the_tight_form_as_a_bound_only_where_c4_9_applies(parties
     else:
         assert name in check.estimates and name not in check.forms
         assert any("depend on the round's dither" in str(row[-1]) for row in check.rows)
+
+
+# ------------------------------------------------------------------------------- C4.8 on the path
+def _round_start(Q: int = 3, server_compressor=None):
+    ds = _data()
+    cap = _Capture(Lemma1Probe(every=1, steps="first", tight=False, progress=False))
+    cfg = _config(ScalarQuantizer(2), Q=Q, server_compressor=server_compressor)
+    train(ds, cfg, probe=cap)
+    return cap.states[0], cfg
+
+
+def test_sampled_blocks_are_the_full_calls_entries():
+    """``blocks=[m]``: the same draws, block m's bound unchanged, the others nan."""
+    from cvfl_sim.bounds.sampled_lemma1 import sampled_lemma1_bound
+
+    s, _ = _round_start(server_compressor="same")
+    args = (s["parties"], s["server"], s["x"], s["y"], ScalarQuantizer(2), s["server_compressor"])
+    full = sampled_lemma1_bound(*args, draws=200, seed=3).bound
+    for m in range(3):
+        got = sampled_lemma1_bound(*args, draws=200, seed=3, blocks=[m]).bound
+        assert got[m] == full[m]
+        assert np.isnan(np.delete(got, m)).all()
+    with pytest.raises(ValueError, match="blocks"):
+        sampled_lemma1_bound(*args, draws=200, blocks=[3])
+
+
+def test_round_sampled_bounds_take_c4_8_at_each_blocks_reference_point():
+    """Row 0: C4.8 at the round start; later rows: the drift over C4.8 at block m's point of the
+    uncompressed path (the others at the round start), each at level delta / (K (M + 1))."""
+    from cvfl_sim.bounds.drift import round_sampled_bounds
+    from cvfl_sim.bounds.sampled_lemma1 import sampled_lemma1_bound
+
+    s, cfg = _round_start(Q=3, server_compressor="same")
+    comp, comp0 = ScalarQuantizer(2), s["server_compressor"]
+    args = (s["parties"], s["server"], s["x"], s["y"])
+    res = round_sampled_bounds(*args, comp, comp0, cfg.lr, 3, draws=200, delta=0.3, seed=4)
+    level = 0.3 / (3 * 3)
+    start = sampled_lemma1_bound(*args, comp, comp0, draws=200, delta=level, seed=4).bound
+    np.testing.assert_array_equal(res.reference[0], start)
+    path = reference_path(*args, cfg.lr, 3)
+    ps, srv = path[2]
+    want = sampled_lemma1_bound(
+        [ps[0], s["parties"][1]], s["server"], s["x"], s["y"], comp, comp0,
+        draws=200, delta=level, seed=4 + 2 * 3 + 1, blocks=[1],
+    ).bound[1]  # fmt: skip
+    assert res.reference[2, 1] == want
+    np.testing.assert_allclose(
+        res.bound,
+        drift_bounds(res.reference, cfg.lr, res.constants.lipschitz, res.constants.contraction),
+    )
+    assert np.all(res.bound[1:] >= res.reference[1:])
+
+
+def test_probe_sampled_later_makes_the_sampled_form_a_bound():
+    ds = _data()
+    cfg = _config(ScalarQuantizer(2), Q=3, track_grad_norm=True, eval_every=1)
+    for later in (True, False):
+        probe = Lemma1Probe(every=1, steps="ends", progress=False, sampled=100, sampled_later=later)
+        run = train(ds, cfg, probe=probe)
+        rep = probe.report()
+        check = bound_vs_observed(run, estimate_constants(ds, cfg, run), lemma1=rep)
+        name = "sampled (C4.8, ours)"
+        if later:
+            R = len(run.rounds["lr"])
+            assert sorted(rep.sampled_rounds) == list(range(R))
+            rows = rep.rounds == 0
+            np.testing.assert_array_equal(rep.sampled[rows], rep.sampled_rounds[0][[0, 2]])
+            assert name in check.forms and name not in check.estimates
+        else:
+            assert rep.sampled_rounds == {} and np.isnan(rep.sampled[rep.steps > 0]).all()
+            assert name in check.estimates and name not in check.forms
+
+
+def test_probe_refuses_a_non_boolean_sampled_later():
+    with pytest.raises(TypeError, match="sampled_later"):
+        Lemma1Probe(sampled_later=1)

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +92,7 @@ __all__ = [
     "drift_bounds",
     "drift_constants",
     "reference_path",
+    "round_sampled_bounds",
     "round_tight_bounds",
 ]
 
@@ -311,6 +312,32 @@ def reference_path(
     return path
 
 
+def _round_bounds(
+    parties: Sequence[nn.Module],
+    server: nn.Module,
+    inputs: Sequence[torch.Tensor],
+    y: torch.Tensor,
+    compressors: Any,
+    server_compressor: Any,
+    eta: float,
+    steps: int,
+    reference_at: Callable[[int, list[nn.Module], nn.Module, list[Any]], np.ndarray],
+) -> RoundTightBound:
+    """C4.9 with the reference bounds ``reference_at(k, parties_k, server_k, compressors)``."""
+    from cvfl_theory._validate import check_int_in_range
+
+    K = check_int_in_range(steps, "steps", 1, 10**6)
+    if not (isinstance(eta, (int, float)) and math.isfinite(eta) and eta > 0):
+        raise ValueError(f"eta must be a finite step size > 0, got {eta!r}")
+    M = len(parties)
+    comps = list(compressors) if isinstance(compressors, Sequence) else [compressors] * M
+    constants = drift_constants(parties, server, inputs, comps, server_compressor, float(eta))
+    path = reference_path(parties, server, inputs, y, float(eta), K)
+    reference = np.stack([reference_at(k, ps, s, comps) for k, (ps, s) in enumerate(path)])
+    bound = drift_bounds(reference, float(eta), constants.lipschitz, constants.contraction)
+    return RoundTightBound(bound, reference, constants, float(eta))
+
+
 def round_tight_bounds(
     parties: Sequence[nn.Module],
     server: nn.Module,
@@ -349,35 +376,119 @@ def round_tight_bounds(
     Returns
     -------
     RoundTightBound
+        The expectations over the dither at every step are bounded (C4.5 is a bound on an
+        expectation).
     """
-    from cvfl_theory._validate import check_int_in_range
-
-    K = check_int_in_range(steps, "steps", 1, 10**6)
-    if not (isinstance(eta, (int, float)) and math.isfinite(eta) and eta > 0):
-        raise ValueError(f"eta must be a finite step size > 0, got {eta!r}")
-    M = len(parties)
-    comps = list(compressors) if isinstance(compressors, Sequence) else [compressors] * M
-    constants = drift_constants(parties, server, inputs, comps, server_compressor, float(eta))
-    path = reference_path(parties, server, inputs, y, float(eta), K)
     with torch.no_grad():
         stale = torch.cat([p(x) for p, x in zip(parties, inputs)], dim=1).detach()
     theta0 = flat_params(server)
-    reference = np.empty((K, M + 1))
-    for k, (ps, s) in enumerate(path):
+
+    def reference_at(k: int, ps: list[nn.Module], s: nn.Module, comps: list[Any]) -> np.ndarray:
         if k == 0 and first is not None:
-            reference[0] = np.asarray(first, dtype=np.float64)
-            continue
-        reference[k] = tight_lemma1_bound_for(
-            ps,
-            s,
-            inputs,
-            y,
-            comps,
-            server_compressor,
-            jacobians=jacobians,
-            sup_form=False,
-            stale=stale if k else None,
-            theta0=theta0 if k else None,
-        ).bound
-    bound = drift_bounds(reference, float(eta), constants.lipschitz, constants.contraction)
-    return RoundTightBound(bound, reference, constants, float(eta))
+            return np.asarray(first, dtype=np.float64)
+        return np.asarray(
+            tight_lemma1_bound_for(
+                ps,
+                s,
+                inputs,
+                y,
+                comps,
+                server_compressor,
+                jacobians=jacobians,
+                sup_form=False,
+                stale=stale if k else None,
+                theta0=theta0 if k else None,
+            ).bound,
+            dtype=np.float64,
+        )
+
+    return _round_bounds(
+        parties, server, inputs, y, compressors, server_compressor, eta, steps, reference_at
+    )
+
+
+def round_sampled_bounds(
+    parties: Sequence[nn.Module],
+    server: nn.Module,
+    inputs: Sequence[torch.Tensor],
+    y: torch.Tensor,
+    compressors: Any,
+    server_compressor: Any,
+    eta: float,
+    steps: int,
+    *,
+    draws: int = 4000,
+    delta: float = 0.05,
+    seed: int = 0,
+) -> RoundTightBound:
+    r"""C4.9 with C4.8 on the reference path: every local step, with probability ``>= 1 - delta``.
+
+    The reference bounds :math:`t_k^2` are the confidence bounds of C4.8
+    (:func:`~cvfl_sim.bounds.sampled_lemma1.sampled_lemma1_bound`, ``draws`` dither draws each)
+    at the points of the uncompressed local path: block ``m`` at :math:`\bar\theta_m^k`, the
+    others at the round start (the point of Lemma 1 at step ``k``, the error laws those of the
+    round start). All ``steps * (M + 1)`` of them hold at once with probability at least
+    ``1 - delta`` over the draws (a union bound: each at level ``delta / (steps (M + 1))``), and
+    then so does every row of the result (the drift recursion is deterministic). It costs about
+    ``steps`` times one C4.8 evaluation at the round start (each block's own draws).
+
+    Parameters
+    ----------
+    parties, server, inputs, y, compressors, server_compressor, eta, steps
+        As in :func:`round_tight_bounds`.
+    draws, delta, seed
+        As in :func:`~cvfl_sim.bounds.sampled_lemma1.sampled_lemma1_bound`; ``delta`` for the
+        whole round.
+
+    Returns
+    -------
+    RoundTightBound
+        ``bound`` row ``k``: the expectation over the dither of Lemma 1's left side at local
+        step ``k``, bounded with probability at least ``1 - delta`` (all rows at once).
+    """
+    from cvfl_theory._validate import check_int_in_range, check_real
+
+    from .sampled_lemma1 import sampled_lemma1_bound
+
+    K = check_int_in_range(steps, "steps", 1, 10**6)
+    level = check_real(delta, "delta", 0.0, 1.0, low_open=True, high_open=True)
+    M = len(parties)
+    per_bound = level / (K * (M + 1))
+
+    def reference_at(k: int, ps: list[nn.Module], s: nn.Module, comps: list[Any]) -> np.ndarray:
+        if k == 0:
+            return np.asarray(
+                sampled_lemma1_bound(
+                    parties,
+                    server,
+                    inputs,
+                    y,
+                    comps,
+                    server_compressor,
+                    draws=draws,
+                    delta=per_bound,
+                    seed=seed,
+                ).bound,
+                dtype=np.float64,
+            )
+        out = np.empty(M + 1)
+        for m in range(M + 1):
+            # block m at its reference point, every other block at the round start
+            at_parties = [ps[j] if j == m - 1 else parties[j] for j in range(M)]
+            out[m] = sampled_lemma1_bound(
+                at_parties,
+                s if m == 0 else server,
+                inputs,
+                y,
+                comps,
+                server_compressor,
+                draws=draws,
+                delta=per_bound,
+                seed=seed + k * (M + 1) + m,
+                blocks=[m],
+            ).bound[m]
+        return out
+
+    return _round_bounds(
+        parties, server, inputs, y, compressors, server_compressor, eta, K, reference_at
+    )

@@ -242,6 +242,13 @@ class Lemma1Probe:
         over the probe's draws (a union bound; :math:`\sum_j 6/(\pi^2 j^2) = 1`).
     seed : int
         Seed of the sampled bound's own draws (the run's random streams are not touched).
+    sampled_later : bool
+        With ``sampled``, also bound every local step of a probed round that probes a later
+        step, for the analytic model (linear parties and head): C4.9 (ours,
+        :func:`cvfl_sim.bounds.drift.round_sampled_bounds`), C4.8 at each point of the round's
+        uncompressed local path plus the drift. It costs about ``Q`` times the round start's
+        draws; the round's ``Q (M + 1)`` bounds share its level. ``False`` (default): C4.8 at
+        round starts only.
     progress : bool or None
         A bar counting the probed steps (:func:`~cvfl_sim.vfl.progress.progress_bar`): ``None``
         shows it on a terminal or in a notebook, ``True`` always, ``False`` never.
@@ -277,6 +284,7 @@ class Lemma1Probe:
         sampled: int = 0,
         delta: float = 0.05,
         seed: int = 0,
+        sampled_later: bool = False,
     ):
         if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
             raise ValueError(f"every must be an integer >= 1, got {every!r}")
@@ -295,6 +303,9 @@ class Lemma1Probe:
             raise TypeError(f"tight must be True or False, got {tight!r}")
         if progress is not None and not isinstance(progress, bool):
             raise TypeError(f"progress must be True, False or None, got {progress!r}")
+        if not isinstance(sampled_later, (bool, np.bool_)):
+            raise TypeError(f"sampled_later must be True or False, got {sampled_later!r}")
+        self.sampled_later = bool(sampled_later)
         from cvfl_theory._validate import check_int_in_range, check_real
 
         self.sampled = 0 if sampled == 0 else check_int_in_range(sampled, "sampled", 100, 10**8)
@@ -312,6 +323,7 @@ class Lemma1Probe:
         self._last: tuple[int, int] = (-1, -1)
         # the probed round's C4.9 bounds at every local step: (round, (Q, M + 1) array)
         self._round_tight: tuple[int, np.ndarray] | None = None
+        self._round_sampled: tuple[int, np.ndarray] | None = None
         self.seconds = 0.0
 
     def wants(self, round_index: int, step: int, Q: int) -> bool:
@@ -426,10 +438,19 @@ class Lemma1Probe:
                     )
                     if round_bound is not None:
                         self._round_tight = (int(round_index), round_bound)
-            sampled = (
-                None
-                if not self.sampled
-                else self._sampled(
+            sampled, sampled_round = None, None
+            if self.sampled and self._round_sampled is not None and step:
+                if self._round_sampled[0] == round_index:
+                    sampled = self._round_sampled[1][step]
+                else:
+                    sampled = np.full(M + 1, np.nan)
+            elif self.sampled:
+                later = (
+                    self.sampled_later
+                    and eta is not None
+                    and self._later_steps_wanted(round_index, Q)
+                )
+                sampled, sampled_round = self._sampled(
                     round_index,
                     step,
                     error_feedback,
@@ -439,8 +460,10 @@ class Lemma1Probe:
                     y,
                     compressors,
                     server_compressor,
+                    (float(eta), Q) if later and eta is not None else None,
                 )
-            )
+                if sampled_round is not None:
+                    self._round_sampled = (int(round_index), sampled_round)
             row = {
                 "round": int(round_index),
                 "step": int(step),
@@ -453,6 +476,7 @@ class Lemma1Probe:
                 "tight_kind": None if tight is None else tight[1],
                 "tight_round": round_bound,
                 "sampled": sampled,
+                "sampled_round": sampled_round,
             }
         self._rows.append(row)
         self.seconds += time.perf_counter() - tick
@@ -577,23 +601,45 @@ class Lemma1Probe:
         y: torch.Tensor,
         compressors: Sequence[Any],
         server_compressor: Any,
-    ) -> np.ndarray:
+        later: tuple[float, int] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         r"""The confidence bound of C4.8 (ours) at a round start, ``nan`` where it does not apply.
 
-        Evaluated at local step 0 only (the bound is stated at the round-start parameters),
-        without error feedback (the compressors' input is then not the embedding). The ``j``-th
-        evaluation runs at level :math:`6\delta/(\pi^2 j^2 (M + 1))` per block.
+        Evaluated at local step 0 (the bound is stated at the round-start parameters), without
+        error feedback (the compressors' input is then not the embedding). The ``j``-th
+        evaluation runs at level :math:`6\delta/(\pi^2 j^2)`, shared by its bounds. With
+        ``later = (eta, Q)`` and the analytic model, every local step of the round by C4.9
+        (:func:`cvfl_sim.bounds.drift.round_sampled_bounds`, ``Q (M + 1)`` bounds); returns the
+        step-0 values and, then, the ``(Q, M + 1)`` round.
         """
+        from .analytic_constants import is_analytic
+        from .drift import round_sampled_bounds
         from .sampled_lemma1 import sampled_lemma1_bound
 
         out = np.full(len(parties) + 1, np.nan)
         if step != 0:
-            return out
+            return out, None
         if error_feedback:
             self.sampled_skipped.append(f"round {round_index}: error feedback")
-            return out
+            return out, None
+        level = 6.0 * self.delta / (math.pi**2 * (self._sampled_probes + 1) ** 2)
         try:
-            level = 6.0 * self.delta / (math.pi**2 * (self._sampled_probes + 1) ** 2)
+            if later is not None and is_analytic(parties, server):
+                whole = round_sampled_bounds(
+                    parties,
+                    server,
+                    x,
+                    y,
+                    compressors,
+                    server_compressor,
+                    later[0],
+                    later[1],
+                    draws=self.sampled,
+                    delta=level,
+                    seed=self.seed + int(round_index),
+                ).bound
+                self._sampled_probes += 1
+                return whole[0], whole
             res = sampled_lemma1_bound(
                 parties,
                 server,
@@ -607,9 +653,9 @@ class Lemma1Probe:
             )
         except ValueError as exc:  # top-k (biased), a non-linear head, an error off the support
             self.sampled_skipped.append(f"round {round_index}: {exc}")
-            return out
+            return out, None
         self._sampled_probes += 1
-        return np.asarray(res.bound, dtype=np.float64)
+        return np.asarray(res.bound, dtype=np.float64), None
 
     def report(self) -> Lemma1Report:
         """All probes so far as a :class:`Lemma1Report` (closes the progress bar)."""
@@ -672,7 +718,11 @@ class Lemma1Report(Table):
         1)`` bounds at **every** local step of the round (row ``k`` step ``k``), probed or not.
     sampled : numpy.ndarray or None
         ``(P, M + 1)`` :func:`cvfl_sim.bounds.sampled_lemma1.sampled_lemma1_bound` (C4.8) where
-        the probe evaluated it (round starts; ``nan`` elsewhere), ``None`` without ``sampled``.
+        the probe evaluated it (round starts, and with ``sampled_later`` every probed step of
+        the analytic model; ``nan`` elsewhere), ``None`` without ``sampled``.
+    sampled_rounds : dict of int to numpy.ndarray
+        As ``tight_rounds``, for C4.8 through C4.9 (``sampled_later``): each such round's
+        ``(Q, M + 1)`` bounds at every local step.
     delta : float or None
         The sampled bounds all hold at once with probability at least ``1 - delta``.
     sampled_skipped : list of str
@@ -710,6 +760,11 @@ class Lemma1Report(Table):
             if r.get("tight_round") is not None
         }
         self.sampled = None if rows[0].get("sampled") is None else arr("sampled")
+        self.sampled_rounds = {
+            int(r["round"]): np.asarray(r["sampled_round"], dtype=np.float64)
+            for r in rows
+            if r.get("sampled_round") is not None
+        }
         self.delta = delta
         self.sampled_skipped = list(sampled_skipped)
         self.seconds = float(seconds)

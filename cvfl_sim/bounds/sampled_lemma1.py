@@ -319,6 +319,7 @@ def sampled_lemma1_bound(
     delta: float = 0.05,
     seed: int = 0,
     progress: bool | None = False,
+    blocks: Sequence[int] | None = None,
 ) -> SampledLemma1:
     r"""Confidence bound on Lemma 1's left side from ``draws`` dither draws (C4.8, ours).
 
@@ -345,6 +346,9 @@ def sampled_lemma1_bound(
         Seed of the draws.
     progress : bool or None
         A progress bar over the draws (``None``: on a terminal or in a notebook).
+    blocks : sequence of int, optional
+        Only these blocks (``0`` the server, ``m`` party ``m``); the others are ``nan``. The
+        draws are the same; the other blocks' sums are not formed.
 
     Returns
     -------
@@ -366,6 +370,12 @@ def sampled_lemma1_bound(
     seed = check_int_in_range(seed, "seed", 0, 2**63 - 1)
     pb = _prepare(parties, server, inputs, y, compressors, server_compressor)
     M, B, K, P, off, hw, hw0 = pb.M, pb.B, pb.K, pb.P, pb.off, pb.hw, pb.hw0
+    if blocks is None:
+        wanted = set(range(M + 1))
+    else:
+        wanted = {check_int_in_range(b, "blocks[...]", 0, M) for b in blocks}
+        if not wanted:
+            raise ValueError(f"blocks must name at least one block in 0..{M}, got {blocks!r}")
     Hc, W, bias, Y, p0, H, Ht = pb.Hc, pb.W, pb.bias, pb.Y, pb.p0, pb.H, pb.Ht
     comps, server_compressor, theta0 = pb.comps, pb.server_compressor, pb.theta0
     f64, nW = torch.float64, W.size
@@ -412,8 +422,11 @@ def sampled_lemma1_bound(
                 _check_within(Eps, hw[None], "the parties' embeddings")
                 if hw0 > 0:
                     _check_within(np.concatenate([E0, E0b], 1), np.array(hw0), "the server model")
-                _server_block(sums[0], Hc, Eps, W, bias, Y, p0, B)
+                if 0 in wanted:
+                    _server_block(sums[0], Hc, Eps, W, bias, Y, p0, B)
                 for m in range(M):
+                    if m + 1 not in wanted:
+                        continue
                     _party_block(
                         sums[m + 1],
                         m,
@@ -439,6 +452,10 @@ def sampled_lemma1_bound(
     # ---- the bound ----
     out = {n: np.zeros(M + 1) for n in ("bound", "est", "se", "var", "srv", "mean", "ratio")}
     for m, (s, (b_S, c_S, d_S, b_T)) in enumerate(zip(sums, ranges)):
+        if m not in wanted:
+            for v in out.values():
+                v[m] = math.nan
+            continue
         U_S = nonnegative_mean_bound(s.S / k, c_S, d_S, k, L)
         # E T^2 <= min(b_T E T, c_P E T + (E T)^2): the smaller root of Maurer's quadratic
         U_T = nonnegative_mean_bound(s.T / k, b_T, 0.0, k, L) if b_T > 0 else 0.0
