@@ -177,6 +177,8 @@ def test_cli_bad_dataset_exit_code(capsys):
     assert "--every" in capsys.readouterr().err
     assert main(["bound", "--sampled", "50"]) == 2
     assert "--sampled must be 0 (off) or in [100, 1e8]" in capsys.readouterr().err
+    assert main(["bound", "--sampled-later"]) == 2
+    assert "--sampled-later needs --sampled DRAWS" in capsys.readouterr().err
 
 
 def test_dense_jacobian_and_norms_match_autograd_functional():
@@ -206,6 +208,20 @@ def test_cli_quick_json(capsys):
     assert data["lemma1"]["probes"] == 4  # one epoch of 456 samples at B = 128, round starts
     assert data["bound"]["reading"] == "chain"
     assert "constants: point 2/2" in err  # progress on stderr
+
+
+def test_cli_sampled_later_json(capsys):
+    """``--sampled-later`` at Q = 3 (the analytic model, steps 0 and Q - 1 probed): the tight and
+    sampled forms are bounds (C4.9 at every local step); without it the sampled one is not."""
+    args = ["bound", "--json", "--Q", "3", "--epochs", "1", "--batch-size", "128"]
+    for later in (True, False):
+        flags = ["--sampled", "100"] + (["--sampled-later"] if later else [])
+        code, data, _ = run_json(capsys, [*args, *flags])
+        assert code == 0
+        forms = set(data["bound"]["forms"])
+        assert "tight (C4.5, ours)" in forms
+        assert ("sampled (C4.8, ours)" in forms) == later
+        assert ("sampled (C4.8, ours)" in data["bound"]["estimates"]) == (not later)
 
 
 @pytest.fixture(scope="module")

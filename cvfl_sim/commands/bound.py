@@ -93,6 +93,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "(default 0: off)",
     )
     p.add_argument(
+        "--sampled-later",
+        action="store_true",
+        help="with --sampled and Q > 1, the analytic model (--model linear) and later steps "
+        "probed (--steps ends or all): the confidence bound at every local step of a probed "
+        "round too (C4.9, ours: C4.8 on the round's uncompressed local path plus the drift), "
+        "so that its form of term 3 is a bound at any Q; about Q times the draws",
+    )
+    p.add_argument(
         "--quick",
         action="store_true",
         help="one epoch, Lemma 1 at round starts, one batch and 20 power iterations per point "
@@ -118,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--epochs must be >= 1, got {args.epochs}")
     if args.sampled != 0 and not 100 <= args.sampled <= 10**8:
         raise ValueError(f"--sampled must be 0 (off) or in [100, 1e8] draws, got {args.sampled}")
+    if args.sampled_later and args.sampled == 0:
+        raise ValueError("--sampled-later needs --sampled DRAWS (the confidence bound's draws)")
     if args.theory_step and args.model != "linear":
         raise ValueError("--theory-step needs --model linear (proved constants)")
     args.source = source_from_args(args)
@@ -166,6 +176,7 @@ def _run(args: argparse.Namespace) -> int:
         progress=True,
         sampled=args.sampled,
         seed=args.seed,
+        sampled_later=args.sampled_later,
     )
     traj = TrajectoryProbe(ds, cfg, power_iters=2, progress=True)
     say(f"training {ds.name}: {cfg.epochs} epoch(s), {args.model} parties, both probes")
