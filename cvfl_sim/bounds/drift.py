@@ -429,8 +429,9 @@ def round_sampled_bounds(
     others at the round start (the point of Lemma 1 at step ``k``, the error laws those of the
     round start). All ``steps * (M + 1)`` of them hold at once with probability at least
     ``1 - delta`` over the draws (a union bound: each at level ``delta / (steps (M + 1))``), and
-    then so does every row of the result (the drift recursion is deterministic). It costs about
-    ``steps`` times one C4.8 evaluation at the round start (each block's own draws).
+    then so does every row of the result (the drift recursion is deterministic). It costs
+    ``1 + (steps - 1)(M + 1)`` C4.8 evaluations (after the round start one per block, each still
+    drawing every party's dither): up to about ``(M + 1) steps`` times the round start's.
 
     Parameters
     ----------

@@ -237,7 +237,8 @@ class Lemma1Probe:
         head.
     delta : float
         Confidence of the sampled bounds for the whole run, in ``(0, 1)``: the ``j``-th probed
-        round start gets :math:`6\delta/(\pi^2 j^2)` shared by its ``M + 1`` blocks, so that
+        round start gets :math:`6\delta/(\pi^2 j^2)` shared by its ``M + 1`` blocks (its
+        ``Q (M + 1)`` bounds with ``sampled_later``), so that
         every sampled bound of the run holds at once with probability at least ``1 - delta``
         over the probe's draws (a union bound; :math:`\sum_j 6/(\pi^2 j^2) = 1`).
     seed : int
@@ -246,8 +247,10 @@ class Lemma1Probe:
         With ``sampled``, also bound every local step of a probed round that probes a later
         step, for the analytic model (linear parties and head): C4.9 (ours,
         :func:`cvfl_sim.bounds.drift.round_sampled_bounds`), C4.8 at each point of the round's
-        uncompressed local path plus the drift. It costs about ``Q`` times the round start's
-        draws; the round's ``Q (M + 1)`` bounds share its level. ``False`` (default): C4.8 at
+        uncompressed local path plus the drift. It costs ``1 + (Q - 1)(M + 1)`` evaluations of
+        C4.8, each after step 0 for one block but drawing every party's dither: 3.6--4.8 times
+        the round start's at ``M = 2, Q = 3``, up to about ``(M + 1) Q`` where the draws
+        dominate; the round's ``Q (M + 1)`` bounds share its level. ``False`` (default): C4.8 at
         round starts only.
     progress : bool or None
         A bar counting the probed steps (:func:`~cvfl_sim.vfl.progress.progress_bar`): ``None``

@@ -98,7 +98,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         help="with --sampled and Q > 1, the analytic model (--model linear) and later steps "
         "probed (--steps ends or all): the confidence bound at every local step of a probed "
         "round too (C4.9, ours: C4.8 on the round's uncompressed local path plus the drift), "
-        "so that its form of term 3 is a bound at any Q; about Q times the draws",
+        "so that its form of term 3 is a bound at any Q; it costs 1 + (Q - 1)(M + 1) C4.8 "
+        "evaluations a probed round (each later one for one block), up to (M + 1) Q times the "
+        "round start's",
     )
     p.add_argument(
         "--quick",
