@@ -26,18 +26,18 @@ an equality, so that a wrong constant fails:
   convexity the loss does not have) fails it, and :func:`~cvfl_sim.bounds.drift.drift_bounds`
   refuses ``rho < 1`` outright. The second reaches 0.99 at ``B = 1`` (the sample of largest loss),
   but ``Lambda`` is otherwise loose: the true Lipschitz constant of ``g`` is of the order of the
-  error, and a ``Lambda`` of ``L_m`` alone (the compressed gradient's constant dropped) passes.
+  error, and a ``Lambda`` of ``L_m`` instead of ``max(L_m, hat L_m)`` passes.
 - **The bound**: the package's ``A_k^2`` against the Monte Carlo mean of the left side at each
   step (the same simulated paths), where C4.5 is nearly tight (6 bits, ``B = 4``, ``Q = 10``):
-  ``bound >= MC - 5 SE`` at every step and block (bound / truth 1.03--5.6); and at 2 bits after
-  training, ``B = 1, Q = 25`` (1.6--17) and ``B = 16, Q = 10`` (C4.5's own looseness at 2 bits,
+  ``bound >= MC - 5 SE`` at every step and block (bound / truth 1.03--2.5); and at 2 bits after
+  training, ``B = 1, Q = 25`` (1.6--11) and ``B = 16, Q = 10`` (C4.5's own looseness at 2 bits,
   1e2--3e4), as validity checks.
 - **C4.8 on the path** (:func:`~cvfl_sim.bounds.drift.round_sampled_bounds`, the probe's
   ``sampled_later``): the confidence bound at the points of the uncompressed path (2000 draws
   each, all of the round's at once with probability at least 0.95) plus the drift, against the
   same Monte Carlo at 2 bits after training with the server model sent uncompressed
-  (``B = 16, Q = 5``): ``bound >= MC - 5 SE`` at every step and block (bound / truth 4--17 on
-  the party blocks, 39--77 on the server's, where C4.8 itself is 39 and the drift doubles it),
+  (``B = 16, Q = 5``): ``bound >= MC - 5 SE`` at every step and block (bound / truth 4--15 on
+  the party blocks, 39--62 on the server's, where C4.8 itself is 39 and the drift adds the rest),
   a validity check of a statement that holds with probability at least 0.95 over the bound's
   own draws (fixed seed).
 """

@@ -222,6 +222,9 @@ def test_cli_sampled_later_json(capsys):
         assert "tight (C4.5, ours)" in forms
         assert ("sampled (C4.8, ours)" in forms) == later
         assert ("sampled (C4.8, ours)" in data["bound"]["estimates"]) == (not later)
+        rounds = data["lemma1"]["every_step_rounds"]
+        assert rounds["tight"] == data["lemma1"]["probes"] // 2  # steps 0 and 2 of each round
+        assert rounds["sampled"] == (rounds["tight"] if later else 0)
 
 
 @pytest.fixture(scope="module")
