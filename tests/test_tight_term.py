@@ -255,6 +255,21 @@ def test_bad_input():
         tt.tight_lemma1_bound(parties, "x", xs, y, [0.1, 0.1])
 
 
+def test_given_embeddings_are_the_ones_computed_and_are_checked():
+    """``embeddings=`` (the probe's own forward pass) gives the same bits; wrong ones refused."""
+    parties, server, xs, y = _ce_setup(2, 1.0)
+    q = ScalarQuantizer(3)
+    with torch.no_grad():
+        H = [p(x) for p, x in zip(parties, xs)]
+    own = tt.tight_lemma1_bound_for(parties, server, xs, y, q, q)
+    given = tt.tight_lemma1_bound_for(parties, server, xs, y, q, q, embeddings=H)
+    assert np.array_equal(own.bound, given.bound) and np.all(own.bound > 0)
+    with pytest.raises(ValueError, match="embeddings must be M = 2 tensors of B = 12 rows"):
+        tt.tight_lemma1_bound_for(parties, server, xs, y, q, q, embeddings=H[:1])
+    with pytest.raises(ValueError, match="embeddings must be M = 2 tensors of B = 12 rows"):
+        tt.tight_lemma1_bound_for(parties, server, xs, y, q, q, embeddings=[H[0], H[1][:5]])
+
+
 class _SquashedHead(nn.Module):
     """A head whose ``.net`` is an ``nn.Linear`` but whose output is not linear in it."""
 

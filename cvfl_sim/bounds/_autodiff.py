@@ -448,34 +448,42 @@ def linear_head_second_derivatives(
         else torch.zeros(*lead, C, dtype=z.dtype, device=z.device)
     )
     p = torch.softmax(z @ A.transpose(-1, -2) + c[..., None, :], dim=-1)
-    g = p.clone()
-    g[..., torch.arange(B, device=z.device), y] -= 1.0
+    g = p - nn.functional.one_hot(y.to(device=z.device, dtype=torch.long), C).to(p.dtype)
     S = torch.diag_embed(p) - p[..., :, None] * p[..., None, :]  # (..., B, C, C)
     # (..., B, C, P): (S_i A)_{ca}, every sample's rows in one product per point (a batch of
     # B tiny products cost more)
     SA = (S.reshape(*lead, B * C, C) @ A).reshape(*lead, B, C, P)
-    eye = torch.eye(P, dtype=z.dtype, device=z.device)
+    eye_a = None  # the (a, q) entries of delta_{aq}, where they are no diagonal of a view
     if isinstance(rows, torch.Tensor):  # each point's own rows: gather them
         idx = rows.to(device=z.device)
         SAa = SA.gather(-1, idx[:, None, None, :].expand(*SA.shape[:-1], idx.shape[-1]))
         Aa = A.gather(-1, idx[:, None, :].expand(*A.shape[:-1], idx.shape[-1]))
-        eye_a = eye[idx][:, None, :, None, :]  # (k, 1, R, 1, P)
+        eye_a = torch.eye(P, dtype=z.dtype, device=z.device)[idx][:, None, :, None, :]
     else:
         a = slice(None) if rows is None else rows
-        SAa, Aa, eye_a = SA[..., a], A[..., a], eye[a][:, None, :]
-    # d^2 F / d z_{ia} d A_{cq}, as (..., B, R(a), C, P(q)); the bias part (..., B, R(a), C)
-    dA = (SAa.transpose(-1, -2)[..., :, :, :, None] * z[..., :, None, None, :]) + (
-        g[..., :, None, :, None] * eye_a
-    )
-    parts = [dA.reshape(*lead, B, SAa.shape[-1], C * P)]
-    if layer.bias is not None:
-        parts.append(SAa.transpose(-1, -2))
-    theta_cols = torch.cat(parts, dim=-1)  # (..., B, R(a), n0): rows (i, a)
-    # (..., B, R(a), P): (A^T S_i A)_{aq}, again one product per point
+        SAa, Aa = SA[..., a], A[..., a]
+        kept = range(P)[a]
+        if kept.step != 1:
+            eye_a = torch.eye(P, dtype=z.dtype, device=z.device)[a][:, None, :]
     R = Aa.shape[-1]
+    # (..., B, R(a), n0): rows (i, a), written in place: d^2 F / d z_{ia} d A_{cq} as
+    # (..., B, R(a), C, P(q)) in the first C P columns, the bias part (..., B, R(a), C) after
+    bias = layer.bias is not None
+    theta_cols = torch.empty(
+        *lead, B, R, C * P + (C if bias else 0), dtype=z.dtype, device=z.device
+    )
+    dA = theta_cols[..., : C * P].unflatten(-1, (C, P))
+    torch.mul(SAa.transpose(-1, -2)[..., :, :, :, None], z[..., :, None, None, :], out=dA)
+    if eye_a is not None:  # + g_{ic} delta_{aq} (eye's 0/1: exact)
+        dA.addcmul_(g[..., :, None, :, None], eye_a)
+    else:  # rows a0, a0 + 1, ...: the entries q = a are a diagonal of the (a, q) axes
+        torch.diagonal(dA, offset=kept.start, dim1=-3, dim2=-1).add_(g[..., None])
+    if bias:
+        theta_cols[..., C * P :] = SAa.transpose(-1, -2)
+    # (..., B, R(a), P): (A^T S_i A)_{aq}, again one product per point
     SA_cols = SA.transpose(-3, -2).reshape(*lead, C, B * P)  # (..., C, (i, q))
     zz = (Aa.transpose(-1, -2) @ SA_cols).reshape(*lead, R, B, P).transpose(-3, -2)
-    return (theta_cols / B, zz / B) if mean else (theta_cols, zz)
+    return (theta_cols.div_(B), zz / B) if mean else (theta_cols, zz)
 
 
 def _linear_head_rows(

@@ -219,7 +219,8 @@ class _MLPJacobian(EmbeddingJacobian):
     def rmatmat(self, V: np.ndarray) -> np.ndarray:
         r, B, P = V.shape
         hid, D = self.W.shape[1], self.X.shape[1]
-        M = (V.reshape(r * B, P) @ self.W).reshape(r, B, hid) * self.S  # s_i ⊙ W^T v_i
+        M = (V.reshape(r * B, P) @ self.W).reshape(r, B, hid)
+        M *= self.S  # s_i ⊙ W^T v_i
         # with a ones column on the inputs and activations, the bias gradients (sums over the
         # samples) come out of the same products
         first = M.transpose(0, 2, 1) @ self.X1  # (R, h, D [+ 1])
@@ -253,18 +254,35 @@ class _MLPJacobian(EmbeddingJacobian):
         ``(B, P)`` vectors ``v``, with the ``(B, B)`` kernels :math:`K_X = XX^\top + 1 1^\top`
         and :math:`K_R = RR^\top + 1 1^\top` of the inputs and the hidden activations (the
         :math:`1 1^\top` terms where the layers have biases), formed once: products with them
-        replace the ``N`` parameter columns.
+        replace the ``N`` parameter columns. Where the inputs are narrow (twice the widest
+        party's :math:`X_1` below ``B``; :math:`X_1 = [X \mid 1]` with a first-layer bias,
+        ``X`` without), :math:`K_X U` is taken as :math:`X_1 (X_1^\top U)` instead, the
+        :math:`X_1` zero-padded to one width: twice ``B`` times that width products a column
+        instead of :math:`B^2` (the padding adds exact zeros).
         """
-        KX = np.stack([op.X @ op.X.T + (1.0 if op.bias_first else 0.0) for op in ops])
         KR = np.stack([op.R @ op.R.T + (1.0 if op.bias_last else 0.0) for op in ops])
         S = np.stack([op.S for op in ops])
         W = np.stack([op.W for op in ops])
         Wt = W.transpose(0, 2, 1).copy()
         B, P = ops[0].B, ops[0].P
+        width = max(op.X1.shape[1] for op in ops)
+        if 2 * width < B:  # the inputs' factor: fewer products than their kernel
+            X1 = np.zeros((len(ops), B, width))
+            for k, op in enumerate(ops):
+                X1[k, :, : op.X1.shape[1]] = op.X1
+            X1t = X1.transpose(0, 2, 1).copy()
+
+            def inputs_kernel(U: np.ndarray) -> np.ndarray:
+                return X1 @ (X1t @ U)
+        else:
+            KX = np.stack([op.X @ op.X.T + (1.0 if op.bias_first else 0.0) for op in ops])
+
+            def inputs_kernel(U: np.ndarray) -> np.ndarray:
+                return KX @ U
 
         def matvec(V: np.ndarray) -> np.ndarray:
             v = V.reshape(len(V), B, P)
-            out = ((KX @ ((v @ W) * S)) * S) @ Wt
+            out = (inputs_kernel((v @ W) * S) * S) @ Wt
             out += KR @ v
             return out.reshape(len(V), -1)
 

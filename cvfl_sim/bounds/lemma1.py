@@ -31,8 +31,10 @@ On the probed rounds (``every``-th, from round 0) and local steps (``steps``) it
 The operator norms are the square roots of the largest eigenvalues of the Gram matrices, taken
 together by a batched Lanczos iteration on operators that never form the matrices
 (:func:`~cvfl_sim.bounds._spectral.op_norms`): each Ritz value is accepted at a relative residual
-of :math:`10^{-13}` and checked against the largest diagonal entry, else LAPACK's eigenvalue is
-used; on the probe's matrices they equal LAPACK's within a few units of round-off.
+of :math:`10^{-6}`, raised by that residual (so never below the eigenvalue it approximates) and
+checked against the largest diagonal entry, else LAPACK's eigenvalue is used; on the probe's
+matrices the norms were LAPACK's to within :math:`5 \cdot 10^{-7}` relative, never below
+(:data:`~cvfl_sim.bounds._spectral.LANCZOS_TOL` says when a near-tie can read low).
 
 The **right side** uses the largest :math:`H_m` and :math:`G_m` over *every* evaluated point of
 the run (both points of every probe), with either error. :meth:`Lemma1Report.ratios` gives
@@ -433,6 +435,7 @@ class Lemma1Probe:
                         J,
                         Z,
                         t0,
+                        fresh,
                     )
                 )
                 if step == 0 and tight is not None and self._later_steps_wanted(round_index, Q):
@@ -499,6 +502,7 @@ class Lemma1Probe:
         jacobians: Sequence[EmbeddingJacobian],
         stale: torch.Tensor | None,
         theta0: torch.Tensor | None,
+        embeddings: Sequence[torch.Tensor],
     ) -> tuple[np.ndarray, str] | None:
         r"""The tight Lemma-1 bound of C4.5 (ours) at this step's points, and its kind.
 
@@ -511,6 +515,7 @@ class Lemma1Probe:
         given the round's start
         ``stale``, ``theta0`` (block ``m`` at its own point), at step 0 at the models themselves
         (the round start's); ``nan`` and ``"none"`` where neither applies (a non-linear head).
+        ``embeddings`` are the parties' outputs on ``x``, computed once for the whole probe.
         """
         if not self.tight:
             return None
@@ -531,6 +536,7 @@ class Lemma1Probe:
                 sup_form=False,
                 stale=stale,
                 theta0=theta0,
+                embeddings=embeddings,
             )
         except ValueError:  # a biased compressor (or a head the bound does not cover)
             try:

@@ -930,6 +930,7 @@ def tight_lemma1_bound_for(
     sup_form: bool = True,
     stale: torch.Tensor | None = None,
     theta0: torch.Tensor | None = None,
+    embeddings: Sequence[torch.Tensor] | None = None,
 ) -> TightLemma1:
     r""":func:`tight_lemma1_bound` with the error laws read from the package's compressors.
 
@@ -956,6 +957,11 @@ def tight_lemma1_bound_for(
         are read at the round start. At a later step the point depends on the dither the round
         drew, so the value is an *estimate* of the expectation there, not a bound. Without
         them: the round start itself (``parties`` and ``server`` hold the round-start models).
+    embeddings : sequence of torch.Tensor, optional
+        The parties' outputs :math:`h_m(\theta_m; x_m)` on ``inputs``, ``(B, P_m)`` each, where
+        the caller has them already (the Lemma-1 probe); computed here otherwise. Checked for
+        their count, dimensions and rows only: they must be these models' outputs, in their
+        dtype.
 
     Returns
     -------
@@ -965,8 +971,16 @@ def tight_lemma1_bound_for(
     comps = list(compressors) if isinstance(compressors, Sequence) else [compressors] * M
     if len(comps) != M:
         raise ValueError(f"compressors must be one compressor or M = {M}, got {len(comps)}")
-    with torch.no_grad():
-        H = [p(x) for p, x in zip(parties, inputs)]
+    if embeddings is None:
+        with torch.no_grad():
+            H = [p(x) for p, x in zip(parties, inputs)]
+    else:
+        H = list(embeddings)
+        if len(H) != M or any(h.ndim != 2 or h.shape[0] != B for h in H):
+            raise ValueError(
+                f"embeddings must be M = {M} tensors of B = {B} rows, got shapes "
+                f"{[tuple(h.shape) for h in H]}"
+            )
     start = _check_round_start(H, server, stale, theta0)
     inputs_c = H if stale is None else list(stale.detach().split([h.shape[1] for h in H], 1))
     s2 = [error_variances(c, h) for c, h in zip(comps, inputs_c)]

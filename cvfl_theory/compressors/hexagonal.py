@@ -155,7 +155,7 @@ class HexLatticeQuantizer(RangeQuantizer):
 
     def cell_areas(self, x: Any) -> np.ndarray:
         """Cell areas used for ``x``: one per row (``minmax-row``) or a single one."""
-        return (self.codebook.cell_area * self._data_spans(x, "cell_areas") ** 2).ravel()
+        return self._data_cells_of(x, "cell_areas")
 
     def payload_bits(self, shape: tuple[int, ...]) -> int:
         r""":math:`B\lceil P/2\rceil\lceil\log_2 N\rceil` plus the transmitted range."""
@@ -169,8 +169,8 @@ class HexLatticeQuantizer(RangeQuantizer):
     def _fixed_cell(self) -> float | None:
         return self.cell_area
 
-    def _data_cells(self, a: np.ndarray) -> np.ndarray:
-        return self.cell_areas(a)
+    def _span_cells(self, spans: np.ndarray) -> np.ndarray:
+        return self.codebook.cell_area * spans**2
 
     def expected_error(self, x_or_shape: Any) -> float:
         r"""Exact :math:`\mathbb{E}\|C(x) - x\|_F^2 = P\sum_b 5V_b/(36\sqrt3)` (+ clipping), C5.2.

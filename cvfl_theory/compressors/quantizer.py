@@ -47,7 +47,7 @@ class RangeQuantizer(Compressor):
 
     Subclasses set :attr:`_max_bits`, the two kernels (``_kernel_quantize``,
     ``_kernel_dequantize``) and implement the hooks: the cell parameter (``_fixed_cell``,
-    ``_data_cells``), the index layout (``_index_bits``, ``_index_shape``) and the kernels'
+    ``_span_cells``), the index layout (``_index_bits``, ``_index_shape``) and the kernels'
     parameter (``_kernel_param``). The payload is the range fields of C5.5 followed by
     the codeword indices, ``_index_bits`` bits each.
     """
@@ -125,16 +125,23 @@ class RangeQuantizer(Compressor):
         """The cell parameter of a fixed range (``None`` in the min-max modes)."""
 
     @abstractmethod
-    def _data_cells(self, a: np.ndarray) -> np.ndarray:
-        """The cell parameters used for ``a``: one per row (``minmax-row``) or a single one."""
+    def _span_cells(self, spans: np.ndarray) -> np.ndarray:
+        """The cell parameters of ranges of widths ``spans`` (``hi - lo``)."""
 
-    def _data_spans(self, x: Any, what: str) -> np.ndarray:
-        """Range widths ``hi - lo`` used for the data ``x`` (``what`` names the caller)."""
+    def _data_cells(self, a: np.ndarray) -> np.ndarray:
+        """The cell parameters used for the checked ``(B, P)`` data ``a``.
+
+        One per row (``minmax-row``) or a single one.
+        """
+        lo, hi = data_range(a, self.range)
+        return self._span_cells(hi - lo).ravel()
+
+    def _data_cells_of(self, x: Any, what: str) -> np.ndarray:
+        """:meth:`_data_cells` of the data ``x`` once checked (``what`` names the caller)."""
         _, a = shape_or_x(x)
         if a is None:
             raise TypeError(f"{what} needs the data x, not a shape")
-        lo, hi = data_range(a, self.range)
-        return hi - lo
+        return self._data_cells(a)
 
     def _row_cells(self, x_or_shape: Any, what: str) -> tuple[np.ndarray, int, np.ndarray | None]:
         """Per-row cell parameters broadcast to B rows, P, and the data (or None)."""

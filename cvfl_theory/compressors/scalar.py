@@ -102,7 +102,7 @@ class ScalarQuantizer(RangeQuantizer):
 
     def steps(self, x: Any) -> np.ndarray:
         """Steps actually used for ``x``: one per row (``minmax-row``) or a single one."""
-        return (self._data_spans(x, "steps") / (self.levels - 1)).ravel()
+        return self._data_cells_of(x, "steps")
 
     def payload_bits(self, shape: tuple[int, ...]) -> int:
         """:math:`q B P` plus the transmitted range (C5.5)."""
@@ -116,8 +116,8 @@ class ScalarQuantizer(RangeQuantizer):
     def _fixed_cell(self) -> float | None:
         return self.step
 
-    def _data_cells(self, a: np.ndarray) -> np.ndarray:
-        return self.steps(a)
+    def _span_cells(self, spans: np.ndarray) -> np.ndarray:
+        return spans / (self.levels - 1)
 
     def expected_error(self, x_or_shape: Any) -> float:
         r"""Exact :math:`\mathbb{E}\|C(x)-x\|_F^2` (C5.1); from the data for min-max or no dither.
