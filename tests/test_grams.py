@@ -118,6 +118,7 @@ def test_jacobian_operator_equals_autograd(hidden, bias, monkeypatch):
     V = rng.normal(size=(3, B, P))
     U = rng.normal(size=(3, N))
     _np_close(op.rmatmat(V), V.reshape(3, -1) @ Jn)
+    assert op.rmatmat_sq_norm(V) == pytest.approx(np.sum((V.reshape(3, -1) @ Jn) ** 2), rel=1e-12)
     _np_close(op.matmat(U), (U @ Jn.T).reshape(3, B, P))
     blocks = Jn.reshape(B, P, N)
     _np_close(op.sample_grams(), blocks @ blocks.transpose(0, 2, 1))

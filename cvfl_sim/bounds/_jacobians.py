@@ -76,6 +76,13 @@ class EmbeddingJacobian:
         r""":math:`J_i U_r` for each ``r`` and ``i``: ``(R, N)`` to ``(R, B, P)``."""
         raise NotImplementedError
 
+    def rmatmat_sq_norm(self, V: np.ndarray) -> float:
+        r""":math:`\sum_r \|\sum_i J_i^\top V_{r,i}\|^2`, ``V`` ``(R, B, P)``.
+
+        The squared Frobenius norm of :meth:`rmatmat` of ``V``.
+        """
+        return float(np.sum(self.rmatmat(V) ** 2))
+
     def sample_grams(self) -> np.ndarray:
         r""":math:`J_i J_i^\top`, ``(B, P, P)``, read-only.
 
@@ -232,6 +239,21 @@ class _MLPJacobian(EmbeddingJacobian):
         if self.bias_last:
             parts.append(last[:, :, hid])
         return np.concatenate(parts, axis=1)
+
+    def rmatmat_sq_norm(self, V: np.ndarray) -> float:
+        r"""The squared norm of :meth:`rmatmat`, by two products in all (not two per ``r``).
+
+        Its entries are those of :math:`X_1^\top M` and :math:`R_1^\top V` (``M`` the
+        :math:`s_i \odot W^\top v_{r,i}`), taken with the samples first.
+        """
+        r, B, P = V.shape
+        hid = self.W.shape[1]
+        Vb = V.transpose(1, 0, 2)  # (B, R, P)
+        M = (Vb.reshape(B * r, P) @ self.W).reshape(B, r, hid)
+        M *= self.S[:, None, :]
+        first = self.X1.T @ M.reshape(B, r * hid)  # (D [+ 1], R h)
+        last = self.R1.T @ Vb.reshape(B, r * P)  # (h [+ 1], R P)
+        return float(np.sum(first**2) + np.sum(last**2))
 
     def matmat(self, U: np.ndarray) -> np.ndarray:
         r = len(U)

@@ -425,8 +425,7 @@ def _server_part(J: EmbeddingJacobian, A_m0: np.ndarray, s0: float) -> float:
     ``A_m0`` is ``(B, N_0, P_m)`` (:math:`A_{m0,i}^\top`): column ``c`` of the sum is
     :math:`\sum_i J_i^\top (A_{m0,i}^\top)_{c}`, one product with :math:`J^\top` per column.
     """
-    S = J.rmatmat(A_m0.transpose(1, 0, 2))  # (N_0, N_m)
-    return s0 * float(np.sum(S**2)) / J.B**2
+    return s0 * J.rmatmat_sq_norm(A_m0.transpose(1, 0, 2)) / J.B**2
 
 
 def _op_norm_wj(Wm: np.ndarray, K: np.ndarray) -> np.ndarray:
