@@ -2557,8 +2557,11 @@ static void K(hex_run)(const void *x, int xt, Py_ssize_t B, Py_ssize_t P, int ro
 /* count_ge_*(a, n, t) = #{i < n : a[i] >= t} (n a multiple of 64). AVX-512 compares a vector
    of keys into a mask register and adds its popcount: the compiler's loop on an unknown n kept
    vector counters and summed them across lanes at every probe of the search (about 1.4x
-   slower, measured). On AVX2 the compiler's loop is the faster (movemask and popcount measured
-   1.2x slower there). */
+   slower, measured). AVX2 compares a > t - 1 (t >= 1; its only integer comparison, where the
+   compiler's loop took min(a, t) == t, one instruction more) into four vector counters summed
+   once: against the compiler's loop, the float32 selection 1.07x and the float64 top-k's
+   compress + decompress 1.2x faster, measured on an AVX2 EPYC (Zen 3); the compiler's loop
+   was itself 1.2x faster than movemask and popcount. */
 #if X86_VEC && VL == 8
 #define COUNT_BODY(LANES, SET1, CMPMASK)                                                        \
     const __m512i tv = SET1(t);                                                                \
@@ -2574,6 +2577,28 @@ static void K(hex_run)(const void *x, int xt, Py_ssize_t B, Py_ssize_t P, int ro
 #define SET_I64(v) _mm512_set1_epi64(v)
 #define COUNT_I32 COUNT_BODY(16, SET_I32, GE_I32)
 #define COUNT_I64 COUNT_BODY(8, SET_I64, GE_I64)
+#elif X86_VEC /* AVX2 */
+/* a comparison's lane is -1 or 0: subtracting it counts; STEP keys per vector */
+#define COUNT_BODY(STEP, SET1, GT, SUB, ADD, ADD128, LAST)                                     \
+    const __m256i tv = SET1(t - 1);                                                            \
+    __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0;                            \
+    for (Py_ssize_t i = 0; i < n; i += 4 * STEP) {                                             \
+        c0 = SUB(c0, GT(_mm256_loadu_si256((const __m256i *)(a + i)), tv));                    \
+        c1 = SUB(c1, GT(_mm256_loadu_si256((const __m256i *)(a + i + STEP)), tv));             \
+        c2 = SUB(c2, GT(_mm256_loadu_si256((const __m256i *)(a + i + 2 * STEP)), tv));         \
+        c3 = SUB(c3, GT(_mm256_loadu_si256((const __m256i *)(a + i + 3 * STEP)), tv));         \
+    }                                                                                          \
+    const __m256i c = ADD(ADD(c0, c1), ADD(c2, c3));                                           \
+    __m128i h = ADD128(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));             \
+    h = ADD128(h, _mm_unpackhi_epi64(h, h));                                                   \
+    return (Py_ssize_t)LAST(h);
+#define LAST_I32(h) (_mm_cvtsi128_si32(h) + _mm_cvtsi128_si32(_mm_srli_si128(h, 4)))
+#define COUNT_I32                                                                              \
+    COUNT_BODY(8, _mm256_set1_epi32, _mm256_cmpgt_epi32, _mm256_sub_epi32, _mm256_add_epi32,  \
+               _mm_add_epi32, LAST_I32)
+#define COUNT_I64                                                                              \
+    COUNT_BODY(4, _mm256_set1_epi64x, _mm256_cmpgt_epi64, _mm256_sub_epi64, _mm256_add_epi64, \
+               _mm_add_epi64, _mm_cvtsi128_si64)
 #else
 /* the compiler's loop; a 32-bit count lets it add the comparisons' lanes without widening
    them */
@@ -2592,6 +2617,7 @@ static ALWAYS_INLINE Py_ssize_t K(count_ge_i64)(const int64_t *a, Py_ssize_t n, 
     COUNT_I64
 }
 #undef COUNT_BODY
+#undef LAST_I32
 #undef COUNT_PLAIN
 #undef COUNT_I32
 #undef COUNT_I64
