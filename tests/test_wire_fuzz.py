@@ -451,6 +451,30 @@ def test_c5_config_must_match_the_receiving_compressor():
         Compressed.from_bytes(msg, compressor="scalar")
 
 
+def test_c5_no_later_class_changes_what_a_name_decodes_to():
+    """A message names its compressor; the name must build the library's class whatever a
+    process defines later: a subclass inheriting the name leaves it alone, and a class that
+    claims a registered name is refused at its definition."""
+    msg, _ = scalar_message()
+
+    class Logged(ScalarQuantizer):  # a user's wrapper: inherits name = "scalar"
+        pass
+
+    assert type(Logged(3).compress(np.ones((2, 4)), rng=0).compressor) is Logged
+    assert type(Compressed.from_bytes(msg).compressor) is ScalarQuantizer
+    with pytest.raises(TypeError, match="'scalar' is taken by .*ScalarQuantizer"):
+
+        class Impostor(Identity):
+            name = "scalar"
+
+    with pytest.raises(TypeError, match="'topk' is taken by .*TopK"):
+
+        class Renamed(ScalarQuantizer):
+            name = "topk"
+
+    assert type(Compressed.from_bytes(msg).compressor) is ScalarQuantizer
+
+
 @pytest.mark.parametrize("device", [b"meta", b"cuda:7", b"cpu\x00", b"\xff", b"", b"x" * 65])
 def test_c5_device_strings_come_from_an_allow_list(device):
     torch = pytest.importorskip("torch")

@@ -574,9 +574,24 @@ class Compressor(ABC):
     compute anyway), so :meth:`compress` can skip the separate full scan of :func:`as_matrix`."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register a class that names itself as the one a message of that name decodes to.
+
+        Only a ``name`` set in the class's own body registers: a subclass that inherits its
+        parent's name (a user's wrapper of :class:`ScalarQuantizer`, say) leaves the parent
+        the decoder of that name. A second class naming itself as a registered name is
+        refused (``TypeError``), so no later definition can change what a message builds.
+        """
         super().__init_subclass__(**kwargs)
-        if cls.name:
-            _REGISTRY[cls.name] = cls
+        name = cls.__dict__.get("name", "")
+        if not name:
+            return
+        taken = _REGISTRY.get(name)
+        if taken is not None and taken is not cls:
+            raise TypeError(
+                f"compressor name {name!r} is taken by {taken.__module__}.{taken.__qualname__}: "
+                f"{cls.__qualname__} must choose another name (or inherit it without setting it)"
+            )
+        _REGISTRY[name] = cls
 
     # ---- configuration -------------------------------------------------------------------
     @abstractmethod
