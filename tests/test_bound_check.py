@@ -281,6 +281,47 @@ def test_measured_lemma1_is_an_estimate_not_a_bound(probed):
     assert "plug-in (measured Lemma 1)" in chk._repr_html_()
 
 
+def test_the_plug_in_carries_the_standard_error_of_its_realised_sum(probed, tmp_path):
+    """Every round probed at its start (Q = 1, one step): term 3 = 92/R sum_t Y_t, so its
+    standard error is 92 s / sqrt(R), s the spread of the rounds' summed left sides."""
+    from cvfl_sim.bounds.theorems import BoundCheck
+
+    run, c, rep = probed
+    R = len(run.rounds["lr"])
+    chk = bound_vs_observed(run, c, lemma1=rep)
+    se = chk.estimate_se["plug-in (measured Lemma 1)"]
+    Y = rep.left.sum(axis=1)
+    assert se == pytest.approx(92 * np.std(Y, ddof=1) / np.sqrt(R), rel=1e-12)
+    assert chk.to_dict()["estimates"]["plug-in (measured Lemma 1)"]["se"] == se
+    assert f"standard error {se:.3g}" in str(chk.rows)
+    assert BoundCheck.load(chk.save(tmp_path / "se")).estimate_se == chk.estimate_se
+
+
+def test_the_realised_standard_error_counts_the_unprobed_rounds_fill():
+    """Rounds 1, 4, 6 of 7 unprobed (filled with the mean of every probe), two probes a round,
+    an uneven linear term 3: the standard error is s_Y sqrt(k) times the norm of term 3's
+    gradient in the probes' values, computed here from the fill rule itself."""
+    from types import SimpleNamespace
+
+    from cvfl_sim.bounds.theorems import realised_term3_se
+
+    R, w = 7, np.arange(1.0, 8.0)
+    rounds = np.array([0, 0, 2, 2, 3, 3, 5, 5])
+    left = np.random.default_rng(0).random((rounds.size, 3))
+
+    def term3(z):  # the probes' summed left sides -> term 3, by the fill rule
+        per = np.array([z[rounds == t].mean() if t in rounds else z.mean() for t in range(R)])
+        return float(w @ per)
+
+    grad = np.array([term3(np.eye(rounds.size)[p]) for p in range(rounds.size)])
+    Y = np.array([left.sum(axis=1)[rounds == t].mean() for t in (0, 2, 3, 5)])
+    rep = SimpleNamespace(rounds=rounds, left=left)
+    got = realised_term3_se(rep, R, lambda u: float(w @ u.sum(axis=1)))
+    assert got == pytest.approx(np.std(Y, ddof=1) * np.sqrt(2) * np.linalg.norm(grad), rel=1e-12)
+    one = SimpleNamespace(rounds=np.array([0, 0]), left=left[:2])
+    assert np.isnan(realised_term3_se(one, R, lambda u: float(w @ u.sum(axis=1))))
+
+
 def test_the_tight_form_is_a_bound_only_where_it_was_evaluated_at_every_step_charged(ds, probed):
     from cvfl_sim.bounds.lemma1 import Lemma1Probe
 

@@ -118,7 +118,10 @@ def test_jacobian_operator_equals_autograd(hidden, bias, monkeypatch):
     V = rng.normal(size=(3, B, P))
     U = rng.normal(size=(3, N))
     _np_close(op.rmatmat(V), V.reshape(3, -1) @ Jn)
-    assert op.rmatmat_sq_norm(V) == pytest.approx(np.sum((V.reshape(3, -1) @ Jn) ** 2), rel=1e-12)
+    # as the tight term passes it: a strided view of a (B, R, P') array, and R = 1
+    for W in (rng.normal(size=(B, 3, P + 2))[:, :, 1 : P + 1].transpose(1, 0, 2), V[:1]):
+        want = np.sum((W.reshape(len(W), -1) @ Jn) ** 2)
+        assert op.rmatmat_sq_norm(W) == pytest.approx(want, rel=1e-12)
     _np_close(op.matmat(U), (U @ Jn.T).reshape(3, B, P))
     blocks = Jn.reshape(B, P, N)
     _np_close(op.sample_grams(), blocks @ blocks.transpose(0, 2, 1))

@@ -475,6 +475,27 @@ def test_c5_no_later_class_changes_what_a_name_decodes_to():
     assert type(Compressed.from_bytes(msg).compressor) is ScalarQuantizer
 
 
+def test_c5_a_reloaded_compressor_module_replaces_its_own_classes():
+    """importlib.reload (or IPython's autoreload) defines the same classes again: allowed,
+    and the name then decodes to the new definition (in a fresh interpreter, so this test
+    session keeps its classes)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, numpy as np\n"
+        "import cvfl_theory.compressors.scalar as m\n"
+        "from cvfl_theory.compressors import Compressed\n"
+        "old = m.ScalarQuantizer\n"
+        "msg = old(3).compress(np.ones((2, 4)), rng=0).to_bytes()\n"
+        "importlib.reload(m)\n"
+        "assert m.ScalarQuantizer is not old\n"
+        "assert type(Compressed.from_bytes(msg).compressor) is m.ScalarQuantizer\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("device", [b"meta", b"cuda:7", b"cpu\x00", b"\xff", b"", b"x" * 65])
 def test_c5_device_strings_come_from_an_allow_list(device):
     torch = pytest.importorskip("torch")

@@ -62,7 +62,14 @@ from ._spectral import op_norm
 from .hypotheses import Applicability, theorem_hypotheses
 from .lemma1 import Lemma1Report
 
-__all__ = ["READINGS", "Constants", "BoundCheck", "estimate_constants", "bound_vs_observed"]
+__all__ = [
+    "READINGS",
+    "Constants",
+    "BoundCheck",
+    "estimate_constants",
+    "bound_vs_observed",
+    "realised_term3_se",
+]
 
 ModelSet = tuple[list[nn.Module], nn.Module]
 
@@ -472,6 +479,10 @@ class BoundCheck(Table):
         run (``Q > 1``: not evaluated at every local step, or at points that depend on the
         round's dither after its start; or rounds without a probe, filled with the probed ones'
         mean).
+    estimate_se : dict of str to float
+        The standard error of an estimate's total where it sums realised values: the plug-in's
+        term 3 from its realised left sides (:func:`realised_term3_se`); ``nan`` with fewer than
+        two probed rounds.
     hypotheses : Applicability
         The theorem's hypotheses on the run (``applies``, ``why``).
     observed : float
@@ -487,6 +498,7 @@ class BoundCheck(Table):
     terms: BoundTerms
     forms: dict[str, BoundTerms]
     estimates: dict[str, BoundTerms]
+    estimate_se: dict[str, float]
     hypotheses: Applicability
     observed: float
     ratio: float
@@ -506,16 +518,22 @@ class BoundCheck(Table):
         return self.hypotheses.why
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able: ``applies``, ``why``, the hypotheses, every form's terms, the verdict."""
+        """JSON-able: ``applies``, ``why``, the hypotheses, every form's terms, the verdict.
+
+        An estimate's standard error is its ``se``, where it has one.
+        """
 
         def terms(t: BoundTerms, name: str) -> dict[str, Any]:
-            return {
+            out = {
                 "optimization": t.optimization,
                 "variance": t.variance,
                 "compression": t.compression,
                 "total": t.total,
                 "ratio": self.ratios[name],
             }
+            if name in self.estimate_se:
+                out["se"] = self.estimate_se[name]
+            return out
 
         return {
             "theorem": self.theorem,
@@ -545,6 +563,7 @@ class BoundCheck(Table):
             "terms": dataclass_fields(self.terms),
             "forms": {k: dataclass_fields(v) for k, v in self.forms.items()},
             "estimates": {k: dataclass_fields(v) for k, v in self.estimates.items()},
+            "estimate_se": dict(self.estimate_se),
             "hypotheses": dataclass_fields(self.hypotheses),
             "observed": self.observed,
             "ratio": self.ratio,
@@ -596,6 +615,14 @@ class BoundCheck(Table):
                 raise ValueError(f"{w}: ratio of {name!r} is not its total over the observed")
         if verdict.startswith("does not apply") == hyp.applies:
             raise ValueError(f"{w}: the verdict {verdict[:60]!r} contradicts the hypotheses")
+        # absent from the files of versions before it: no estimate had a standard error there
+        se = checked_field(d, "estimate_se", dict, w) if "estimate_se" in d else {}
+        for name, v in se.items():
+            if name not in estimates:
+                raise ValueError(f"{w}: a standard error for {name!r}, which is no estimate")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                if not (isinstance(v, float) and math.isnan(v)):
+                    raise ValueError(f"{w}: the standard error of {name!r} must be >= 0 or nan")
         table = checked_field(d, "table", dict, w)
         columns = checked_field(table, "columns", list, w)
         rows = checked_field(table, "rows", list, w)
@@ -607,6 +634,7 @@ class BoundCheck(Table):
             raise ValueError(f"{w}: the table must be rows of {len(columns)} plain cells")
         out = cls(columns, rows, title=checked_field(table, "title", str, w))
         out.terms, out.forms, out.estimates = terms, forms, estimates
+        out.estimate_se = {k: float(v) for k, v in se.items()}
         out.hypotheses = hyp
         out.observed, out.ratio, out.ratios = (
             observed,
@@ -680,6 +708,52 @@ def _bound_per_round(
     probed = int(np.count_nonzero(~np.isnan(out[:, 0])))
     out[np.isnan(out[:, 0])] = np.nanmean(out, axis=0)
     return out, probed
+
+
+def realised_term3_se(
+    lemma1: Lemma1Report, R: int, compression: Callable[[np.ndarray], float]
+) -> float:
+    r"""The standard error of a term 3 built from the probe's realised left sides (the plug-in).
+
+    Term 3 is linear in the per-round values :meth:`Lemma1Report.per_round` gives it:
+    :math:`\sum_t a_t Y_t`, :math:`Y_t` the sum over the blocks of round :math:`t`'s left sides
+    (the mean of its :math:`k_t` probed steps), and an unprobed round the mean of every probe.
+    So it is :math:`\sum_{t \in \mathcal P} c_t Y_t` over the probed rounds, with
+    :math:`c_t = a_t + k_t A / N` (:math:`A` the unprobed rounds' :math:`a_t`, :math:`N` the
+    probes). Each round draws its own dither, so given the run up to a round its left side is
+    a fresh draw, and the variance of the sum is the sum of the rounds' variances. Each is
+    estimated by the sample variance :math:`s^2` of :math:`Y_t` over the probed rounds, which
+    also holds the drift of their expectations along the run: if anything too large. Returns
+    :math:`s \sqrt{\sum_t c_t^2}`, ``nan`` with fewer than two probed rounds.
+
+    Parameters
+    ----------
+    lemma1 : Lemma1Report
+        The run's probe.
+    R : int
+        Rounds of the run.
+    compression : callable
+        Term 3 of the theorem for an ``(R, M + 1)`` array of per-round left sides; the
+        :math:`a_t` are read from it by unit arrays (it must be linear, as Theorems 4.2 and 4.4
+        are).
+    """
+    inside = lemma1.rounds < R
+    probed = np.unique(lemma1.rounds[inside])
+    if probed.size < 2:
+        return math.nan
+    unit = np.zeros((R, lemma1.left.shape[1]))
+    a = np.empty(R)
+    for t in range(R):
+        unit[t, 0] = 1.0
+        a[t] = compression(unit)
+        unit[t, 0] = 0.0
+    Z = lemma1.left.sum(axis=1)
+    k = np.array([np.count_nonzero(lemma1.rounds == t) for t in probed], dtype=np.float64)
+    Y = np.array([Z[lemma1.rounds == t].mean() for t in probed])
+    unprobed = np.ones(R, dtype=bool)
+    unprobed[probed] = False
+    c = a[probed] + k * float(a[unprobed].sum()) / Z.size
+    return float(np.std(Y, ddof=1) * np.sqrt(np.sum(c**2)))
 
 
 def _later_steps(name: str, values: np.ndarray, lemma1: Any, R: int, Q: int) -> list[str]:
@@ -941,6 +1015,11 @@ def bound_vs_observed(
 
     forms = {name: evaluate(kw) for name, kw in term3.items()}
     estimates = {name: evaluate(kw) for name, kw in plug.items()}
+    estimate_se: dict[str, float] = {}
+    if lemma1 is not None:
+        estimate_se["plug-in (measured Lemma 1)"] = realised_term3_se(
+            lemma1, R, lambda u: evaluate({"lemma1": u}).compression
+        )
     if fixed_step:
         observed = float(np.mean(norms))
         gap_row = ["F(0) - F(T)", max(0.0, f0 - fT), f"train losses {f0:.6g} -> {fT:.6g}"]
@@ -1005,9 +1084,15 @@ def bound_vs_observed(
     for name, t in {**forms, **estimates}.items():
         share = t.compression / t.total if t.total > 0 else 0.0
         kind = "bound" if name in forms else "estimate"
+        se_note = ""
+        if name in estimate_se:
+            se_note = (
+                f"; standard error {estimate_se[name]:.3g} (the realised left sides' spread over "
+                "the probed rounds)"
+            )
         rows += [
             [f"term 3 [{name}]", t.compression, f"{term_notes[2]} {notes[name]}"],
-            [f"{kind} [{name}]", t.total, f"term 3 share {share:.3g}"],
+            [f"{kind} [{name}]", t.total, f"term 3 share {share:.3g}{se_note}"],
             [f"ratio {kind}/observed [{name}]", ratios[name], ""],
         ]
     rows += [obs_row, ["verdict (recovered form)", verdict_word, verdict]]
@@ -1019,6 +1104,7 @@ def bound_vs_observed(
         "Lemma 1)",
     )
     out.terms, out.forms, out.estimates = terms, forms, estimates
+    out.estimate_se = estimate_se
     out.hypotheses = hypotheses
     out.observed, out.ratio, out.ratios = observed, ratio, ratios
     out.theorem, out.reading, out.verdict = theorem, reading, verdict

@@ -423,7 +423,8 @@ def _server_part(J: EmbeddingJacobian, A_m0: np.ndarray, s0: float) -> float:
     r""":math:`\frac{s_0^2}{B^2}\|\sum_i J_i^\top A_{m0,i}\|_F^2`: one error for every sample.
 
     ``A_m0`` is ``(B, N_0, P_m)`` (:math:`A_{m0,i}^\top`): column ``c`` of the sum is
-    :math:`\sum_i J_i^\top (A_{m0,i}^\top)_{c}`, one product with :math:`J^\top` per column.
+    :math:`\sum_i J_i^\top (A_{m0,i}^\top)_{c}`; only the squared norm of all the columns is
+    needed (:meth:`EmbeddingJacobian.rmatmat_sq_norm`).
     """
     return s0 * J.rmatmat_sq_norm(A_m0.transpose(1, 0, 2)) / J.B**2
 

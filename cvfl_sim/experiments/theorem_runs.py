@@ -290,6 +290,10 @@ def theorem_run(plan: RunPlan, seed: int = 0) -> dict[str, Any]:
         row[f"term3_{s}"] = t.compression
         row[f"total_{s}"] = t.total
         row[f"ratio_{s}"] = check.ratios[name]
+    # the plug-in sums realised left sides: its ratio's standard error (over the probed rounds)
+    row["ratio_plugin_se"] = (
+        check.estimate_se.get("plug-in (measured Lemma 1)", math.nan) / check.observed
+    )
     for form in ("tight (C4.5, ours)", "sampled (C4.8, ours)"):
         row[f"{SHORT[form]}_kind"] = (
             "bound" if form in check.forms else "estimate" if form in check.estimates else ""
@@ -350,6 +354,7 @@ COLUMNS = [
     "term3_plugin",
     "total_plugin",
     "ratio_plugin",
+    "ratio_plugin_se",
     "cert_bound",
     "cert_observed",
     "cert_ratio",
@@ -390,7 +395,7 @@ def _md_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
     A tight or sampled ratio that is an estimate (``Q > 1``, or round starts without a probe) is
     marked ``est.``; a sampled ratio where C4.8 applied at no round start (top-k, a non-linear
-    head) reads ``n/a``.
+    head) reads ``n/a``; the plug-in estimate carries its standard error (``± se``).
     """
     from .tables import format_cell
 
@@ -405,6 +410,9 @@ def _md_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 row[MD_COLUMNS[f"ratio_{s}"]] = f"{format_cell(r[f'ratio_{s}'])} est."
             elif not kind:
                 row[MD_COLUMNS[f"ratio_{s}"]] = "n/a"
+        if math.isfinite(r.get("ratio_plugin_se", math.nan)):
+            cell = MD_COLUMNS["ratio_plugin"]
+            row[cell] = f"{format_cell(r['ratio_plugin'])} ± {format_cell(r['ratio_plugin_se'])}"
         out.append(row)
     return out
 

@@ -586,7 +586,11 @@ class Compressor(ABC):
         if not name:
             return
         taken = _REGISTRY.get(name)
-        if taken is not None and taken is not cls:
+        same = taken is not None and (taken.__module__, taken.__qualname__) == (
+            cls.__module__,
+            cls.__qualname__,
+        )  # the class defined again: its module reloaded (importlib.reload, IPython autoreload)
+        if taken is not None and not same:
             raise TypeError(
                 f"compressor name {name!r} is taken by {taken.__module__}.{taken.__qualname__}: "
                 f"{cls.__qualname__} must choose another name (or inherit it without setting it)"
