@@ -36,6 +36,7 @@ __all__ = [
     "theorem_4_4",
     "max_step_size",
     "compression_term",
+    "compression_weights",
     "C5Parameters",
     "c5_parameters",
     "scalar_round_error",
@@ -128,6 +129,42 @@ def compression_term(E: np.ndarray, H: np.ndarray, G: np.ndarray) -> np.ndarray:
     w = H**2 * G**2
     total = E.sum(axis=1, keepdims=True)
     return np.sum(w * (total - E), axis=1)
+
+
+def compression_weights(Q: int, etas: Any, fixed_step: bool, c_comp: float = C_COMP) -> np.ndarray:
+    r"""The weights :math:`a_{t_0}` of term 3 on the per-round :math:`A^{t_0}`, ``(R,)``.
+
+    Term 3 of :func:`theorem_4_2` is :math:`\frac{c_3 Q^2}{R} \sum_{t_0} A^{t_0}` and of
+    :func:`theorem_4_4` :math:`c_3 Q^3 \sum_{t_0} \eta^{t_0} A^{t_0} / (Q \sum_{t_0}
+    \eta^{t_0})`: both are :math:`\sum_{t_0} a_{t_0} A^{t_0}`, with :math:`a_{t_0} = c_3
+    Q^2 / R` and :math:`a_{t_0} = c_3 Q^2 \eta^{t_0} / \sum_t \eta^t`. What the standard error of
+    a term 3 that sums realised values needs (``cvfl_sim.bounds.theorems``).
+
+    Parameters
+    ----------
+    Q : int
+        Local steps per round.
+    etas : sequence of float
+        The ``R`` rounds' steps.
+    fixed_step : bool
+        Theorem 4.2 (``True``) or 4.4.
+    c_comp : float
+        :math:`c_3` (92 as recovered).
+
+    Examples
+    --------
+    >>> A = np.array([1.0, 2.0, 4.0])
+    >>> w = compression_weights(2, [0.1, 0.05, 0.02], fixed_step=False)
+    >>> t = theorem_4_4(F_gap=1.0, etas=[0.1, 0.05, 0.02], Q=2, L=1.0, sigma2=[0.0], B=1,
+    ...                 lemma1=A[:, None])
+    >>> bool(np.isclose(w @ A, t.compression, rtol=1e-14))
+    True
+    """
+    Q = check_int_in_range(Q, "Q", 1, 2**62)
+    eta = _steps(etas)
+    if fixed_step:
+        return np.full(eta.size, c_comp * Q**2 / eta.size)
+    return c_comp * Q**2 * eta / float(np.sum(eta))
 
 
 def _shared_terms(

@@ -283,26 +283,35 @@ def test_measured_lemma1_is_an_estimate_not_a_bound(probed):
 
 def test_the_plug_in_carries_the_standard_error_of_its_realised_sum(probed, tmp_path):
     """Every round probed at its start (Q = 1, one step): term 3 = 92/R sum_t Y_t, so its
-    standard error is 92 s / sqrt(R), s the spread of the rounds' summed left sides."""
+    standard error is 92 s / sqrt(R), s the spread of the rounds' summed left sides; the
+    recovered form's over its rounds' realised errors likewise."""
     from cvfl_sim.bounds.theorems import BoundCheck
 
     run, c, rep = probed
     R = len(run.rounds["lr"])
     chk = bound_vs_observed(run, c, lemma1=rep)
-    se = chk.estimate_se["plug-in (measured Lemma 1)"]
+    se = chk.realised_se["plug-in (measured Lemma 1)"]
     Y = rep.left.sum(axis=1)
     assert se == pytest.approx(92 * np.std(Y, ddof=1) / np.sqrt(R), rel=1e-12)
     assert chk.to_dict()["estimates"]["plug-in (measured Lemma 1)"]["se"] == se
     assert f"standard error {se:.3g}" in str(chk.rows)
-    assert BoundCheck.load(chk.save(tmp_path / "se")).estimate_se == chk.estimate_se
+    assert BoundCheck.load(chk.save(tmp_path / "se")).realised_se == chk.realised_se
+    # the recovered form sums each round's realised errors: 92/R sum_t X_t, every round drawn
+    E = np.zeros((R, 5))
+    E[:, 0] = run.rounds["server_model_error"]
+    E[:, 1:] = run.rounds["embedding_error_by_party"]
+    w = np.asarray(c.H) ** 2 * np.asarray(c.G) ** 2
+    X = np.sum(w * (E.sum(axis=1, keepdims=True) - E), axis=1)  # the plain run's H, G
+    plain = bound_vs_observed(run, c)
+    want = 92 * np.std(X, ddof=1) / np.sqrt(R)
+    assert plain.realised_se["recovered"] == pytest.approx(want, rel=1e-12)
+    assert plain.to_dict()["forms"]["recovered"]["se"] == plain.realised_se["recovered"]
 
 
 def test_the_realised_standard_error_counts_the_unprobed_rounds_fill():
     """Rounds 1, 4, 6 of 7 unprobed (filled with the mean of every probe), two probes a round,
     an uneven linear term 3: the standard error is s_Y sqrt(k) times the norm of term 3's
     gradient in the probes' values, computed here from the fill rule itself."""
-    from types import SimpleNamespace
-
     from cvfl_sim.bounds.theorems import realised_term3_se
 
     R, w = 7, np.arange(1.0, 8.0)
@@ -315,11 +324,10 @@ def test_the_realised_standard_error_counts_the_unprobed_rounds_fill():
 
     grad = np.array([term3(np.eye(rounds.size)[p]) for p in range(rounds.size)])
     Y = np.array([left.sum(axis=1)[rounds == t].mean() for t in (0, 2, 3, 5)])
-    rep = SimpleNamespace(rounds=rounds, left=left)
-    got = realised_term3_se(rep, R, lambda u: float(w @ u.sum(axis=1)))
+    got = realised_term3_se(left.sum(axis=1), rounds, w)
     assert got == pytest.approx(np.std(Y, ddof=1) * np.sqrt(2) * np.linalg.norm(grad), rel=1e-12)
-    one = SimpleNamespace(rounds=np.array([0, 0]), left=left[:2])
-    assert np.isnan(realised_term3_se(one, R, lambda u: float(w @ u.sum(axis=1))))
+    one = realised_term3_se(left[:2].sum(axis=1), rounds[:2], w)
+    assert np.isnan(one)  # one round: no spread to read
 
 
 def test_the_tight_form_is_a_bound_only_where_it_was_evaluated_at_every_step_charged(ds, probed):

@@ -11,6 +11,7 @@ from cvfl_theory.bounds import (
     bits_schedule,
     c5_parameters,
     compression_term,
+    compression_weights,
     hex_round_error,
     max_step_size,
     scalar_round_error,
@@ -231,6 +232,25 @@ def test_theorem_4_4_with_supplied_lemma1_by_hand():
     r = theorem_4_4(F_gap=1.0, etas=etas, Q=2, L=1.0, sigma2=[1.0, 1.0], B=2, lemma1=U)
     denom = 2 * (0.02 + 0.01)
     assert r.compression == pytest.approx(92 * 8 * (0.02 * 4.0 + 0.01 * 8.0) / denom)
+
+
+@pytest.mark.parametrize("fixed", [True, False])
+def test_compression_weights_give_each_theorems_term_3(fixed):
+    """Term 3 = sum_t a_t A_t for both theorems, with uneven per-round values (and steps)."""
+    rng = np.random.default_rng(3)
+    R, Q = 6, 3
+    A = rng.random((R, 2))
+    etas = np.full(R, 0.01) if fixed else rng.uniform(0.001, 0.1, R)
+    common = {"F_gap": 1.0, "Q": Q, "L": 1.0, "sigma2": [0.0, 0.0], "B": 1, "lemma1": A}
+    if fixed:
+        t = theorem_4_2(eta=0.01, T=R * Q, **common)
+    else:
+        t = theorem_4_4(etas=etas, **common)
+    a = compression_weights(Q, etas, fixed_step=fixed)
+    assert a @ A.sum(axis=1) == pytest.approx(t.compression, rel=1e-13)
+    assert compression_weights(Q, etas, fixed, c_comp=46.0) @ A.sum(axis=1) == pytest.approx(
+        t.compression / 2, rel=1e-13
+    )
 
 
 def test_lemma1_and_hge_are_exclusive():

@@ -114,6 +114,23 @@ def test_where_the_hypotheses_hold_the_verdict_is_read(run_and_constants):
     assert chk.verdict == "the recovered bound holds on this run"
 
 
+def test_a_bound_within_two_standard_errors_of_the_observed_is_not_a_clear_verdict(
+    run_and_constants,
+):
+    """Term 3 alone (a sum of realised errors), scaled to 1.01 times the observed value: it
+    'holds', but within two of its standard errors of the observed value, so the verdict says
+    that is not clear; at 3 times it is clear."""
+    run, consts = run_and_constants
+    base = bound_vs_observed(run, consts(0.5), c_opt=0.0, c_var=0.0)
+    for factor, clear in ((1.01, False), (3.0, True)):
+        c3 = 92.0 * factor * base.observed / base.terms.total
+        chk = bound_vs_observed(run, consts(0.5), c_opt=0.0, c_var=0.0, c_comp=c3)
+        assert chk.applies and chk.ratio == pytest.approx(factor, rel=1e-9)
+        assert 0 < 2 * chk.realised_se["recovered"] < base.observed  # a spread, not zero
+        assert chk.verdict.startswith("the recovered bound holds on this run")
+        assert ("not a clear verdict" in chk.verdict) == (not clear)
+
+
 def test_cli_json_says_applies_why_and_the_certificate(capsys):
     code, data, err = run_json(capsys, ["bound", "--quick", "--json", "--batch-size", "128"])
     assert code == 0

@@ -42,7 +42,16 @@ import torch
 from torch import nn
 
 from cvfl_theory._validate import check_int_in_range
-from cvfl_theory.bounds import C_COMP, C_OPT, C_VAR, BoundTerms, theorem_4_2, theorem_4_4
+from cvfl_theory.bounds import (
+    C_COMP,
+    C_OPT,
+    C_VAR,
+    BoundTerms,
+    compression_term,
+    compression_weights,
+    theorem_4_2,
+    theorem_4_4,
+)
 from cvfl_theory.table import Table
 
 from ..vfl.config import DTYPES, CVFLConfig, build_models
@@ -479,10 +488,10 @@ class BoundCheck(Table):
         run (``Q > 1``: not evaluated at every local step, or at points that depend on the
         round's dither after its start; or rounds without a probe, filled with the probed ones'
         mean).
-    estimate_se : dict of str to float
-        The standard error of an estimate's total where it sums realised values: the plug-in's
-        term 3 from its realised left sides (:func:`realised_term3_se`); ``nan`` with fewer than
-        two probed rounds.
+    realised_se : dict of str to float
+        The standard error of a form's or an estimate's total where its term 3 sums realised
+        values (:func:`realised_term3_se`): the recovered form's realised compression errors,
+        the plug-in's realised left sides; ``nan`` with fewer than two rounds.
     hypotheses : Applicability
         The theorem's hypotheses on the run (``applies``, ``why``).
     observed : float
@@ -498,7 +507,7 @@ class BoundCheck(Table):
     terms: BoundTerms
     forms: dict[str, BoundTerms]
     estimates: dict[str, BoundTerms]
-    estimate_se: dict[str, float]
+    realised_se: dict[str, float]
     hypotheses: Applicability
     observed: float
     ratio: float
@@ -520,7 +529,7 @@ class BoundCheck(Table):
     def to_dict(self) -> dict[str, Any]:
         """JSON-able: ``applies``, ``why``, the hypotheses, every form's terms, the verdict.
 
-        An estimate's standard error is its ``se``, where it has one.
+        A total that sums realised values has its standard error as ``se``.
         """
 
         def terms(t: BoundTerms, name: str) -> dict[str, Any]:
@@ -531,8 +540,8 @@ class BoundCheck(Table):
                 "total": t.total,
                 "ratio": self.ratios[name],
             }
-            if name in self.estimate_se:
-                out["se"] = self.estimate_se[name]
+            if name in self.realised_se:
+                out["se"] = self.realised_se[name]
             return out
 
         return {
@@ -563,7 +572,7 @@ class BoundCheck(Table):
             "terms": dataclass_fields(self.terms),
             "forms": {k: dataclass_fields(v) for k, v in self.forms.items()},
             "estimates": {k: dataclass_fields(v) for k, v in self.estimates.items()},
-            "estimate_se": dict(self.estimate_se),
+            "realised_se": dict(self.realised_se),
             "hypotheses": dataclass_fields(self.hypotheses),
             "observed": self.observed,
             "ratio": self.ratio,
@@ -615,11 +624,11 @@ class BoundCheck(Table):
                 raise ValueError(f"{w}: ratio of {name!r} is not its total over the observed")
         if verdict.startswith("does not apply") == hyp.applies:
             raise ValueError(f"{w}: the verdict {verdict[:60]!r} contradicts the hypotheses")
-        # absent from the files of versions before it: no estimate had a standard error there
-        se = checked_field(d, "estimate_se", dict, w) if "estimate_se" in d else {}
+        # absent from the files of versions before it, which had no standard errors
+        se = checked_field(d, "realised_se", dict, w) if "realised_se" in d else {}
         for name, v in se.items():
-            if name not in estimates:
-                raise ValueError(f"{w}: a standard error for {name!r}, which is no estimate")
+            if name not in forms and name not in estimates:
+                raise ValueError(f"{w}: a standard error for {name!r}, which is no form")
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
                 if not (isinstance(v, float) and math.isnan(v)):
                     raise ValueError(f"{w}: the standard error of {name!r} must be >= 0 or nan")
@@ -634,7 +643,7 @@ class BoundCheck(Table):
             raise ValueError(f"{w}: the table must be rows of {len(columns)} plain cells")
         out = cls(columns, rows, title=checked_field(table, "title", str, w))
         out.terms, out.forms, out.estimates = terms, forms, estimates
-        out.estimate_se = {k: float(v) for k, v in se.items()}
+        out.realised_se = {k: float(v) for k, v in se.items()}
         out.hypotheses = hyp
         out.observed, out.ratio, out.ratios = (
             observed,
@@ -710,49 +719,45 @@ def _bound_per_round(
     return out, probed
 
 
-def realised_term3_se(
-    lemma1: Lemma1Report, R: int, compression: Callable[[np.ndarray], float]
-) -> float:
-    r"""The standard error of a term 3 built from the probe's realised left sides (the plug-in).
+def realised_term3_se(values: np.ndarray, rounds: np.ndarray, weights: np.ndarray) -> float:
+    r"""The standard error of a term 3 that sums realised values (one draw each).
 
-    Term 3 is linear in the per-round values :meth:`Lemma1Report.per_round` gives it:
-    :math:`\sum_t a_t Y_t`, :math:`Y_t` the sum over the blocks of round :math:`t`'s left sides
-    (the mean of its :math:`k_t` probed steps), and an unprobed round the mean of every probe.
-    So it is :math:`\sum_{t \in \mathcal P} c_t Y_t` over the probed rounds, with
-    :math:`c_t = a_t + k_t A / N` (:math:`A` the unprobed rounds' :math:`a_t`, :math:`N` the
-    probes). Each round draws its own dither, so given the run up to a round its left side is
-    a fresh draw, and the variance of the sum is the sum of the rounds' variances. Each is
-    estimated by the sample variance :math:`s^2` of :math:`Y_t` over the probed rounds, which
-    also holds the drift of their expectations along the run: if anything too large. Returns
-    :math:`s \sqrt{\sum_t c_t^2}`, ``nan`` with fewer than two probed rounds.
+    ``values[p]`` is draw ``p``'s term-3 quantity summed over the blocks, in round
+    ``rounds[p]``: the probe's realised Lemma-1 left sides (the plug-in estimate), or each
+    round's :math:`\sum_m H_m^2 G_m^2 \sum_{j \ne m} E_j` from its realised compression errors
+    (the recovered form). Term 3 is :math:`\sum_t a_t Y_t` over the rounds
+    (:func:`cvfl_theory.bounds.compression_weights`),
+    :math:`Y_t` the mean of round :math:`t`'s :math:`k_t` draws, and a round without a draw the
+    mean of every draw (as :meth:`Lemma1Report.per_round` fills it). So it is
+    :math:`\sum_{t \in \mathcal P} c_t Y_t` over the rounds with draws, :math:`c_t = a_t + k_t
+    A / N` (:math:`A` the other rounds' :math:`a_t`, :math:`N` the draws). Each round draws its
+    own dither and batch, so given the run up to a round its value is a fresh draw, and the
+    variance of the sum is the sum of the rounds' variances. Each is estimated by the sample
+    variance :math:`s^2` of the :math:`Y_t`, which also holds the drift of their expectations
+    along the run: if anything too large. Returns :math:`s \sqrt{\sum_t c_t^2}`, ``nan`` with
+    fewer than two rounds with draws.
 
     Parameters
     ----------
-    lemma1 : Lemma1Report
-        The run's probe.
-    R : int
-        Rounds of the run.
-    compression : callable
-        Term 3 of the theorem for an ``(R, M + 1)`` array of per-round left sides; the
-        :math:`a_t` are read from it by unit arrays (it must be linear, as Theorems 4.2 and 4.4
-        are).
+    values : numpy.ndarray
+        ``(N,)`` realised values.
+    rounds : numpy.ndarray
+        ``(N,)`` their rounds (those ``>= R`` are left out).
+    weights : numpy.ndarray
+        ``(R,)`` term 3's :math:`a_t` (:func:`cvfl_theory.bounds.compression_weights`).
     """
-    inside = lemma1.rounds < R
-    probed = np.unique(lemma1.rounds[inside])
-    if probed.size < 2:
+    a = np.asarray(weights, dtype=np.float64)
+    R = a.size
+    inside = rounds < R
+    Z, at = np.asarray(values, dtype=np.float64)[inside], rounds[inside]
+    drawn = np.unique(at)
+    if drawn.size < 2:
         return math.nan
-    unit = np.zeros((R, lemma1.left.shape[1]))
-    a = np.empty(R)
-    for t in range(R):
-        unit[t, 0] = 1.0
-        a[t] = compression(unit)
-        unit[t, 0] = 0.0
-    Z = lemma1.left.sum(axis=1)
-    k = np.array([np.count_nonzero(lemma1.rounds == t) for t in probed], dtype=np.float64)
-    Y = np.array([Z[lemma1.rounds == t].mean() for t in probed])
-    unprobed = np.ones(R, dtype=bool)
-    unprobed[probed] = False
-    c = a[probed] + k * float(a[unprobed].sum()) / Z.size
+    k = np.array([np.count_nonzero(at == t) for t in drawn], dtype=np.float64)
+    Y = np.array([Z[at == t].mean() for t in drawn])
+    others = np.ones(R, dtype=bool)
+    others[drawn] = False
+    c = a[drawn] + k * float(a[others].sum()) / Z.size
     return float(np.std(Y, ddof=1) * np.sqrt(np.sum(c**2)))
 
 
@@ -1015,10 +1020,17 @@ def bound_vs_observed(
 
     forms = {name: evaluate(kw) for name, kw in term3.items()}
     estimates = {name: evaluate(kw) for name, kw in plug.items()}
-    estimate_se: dict[str, float] = {}
+
+    weights = compression_weights(Q, lrs, fixed_step, c_comp)
+    rec = term3["recovered"]
+    realised_se = {
+        "recovered": realised_term3_se(
+            compression_term(E, np.asarray(rec["H"]), np.asarray(rec["G"])), np.arange(R), weights
+        )
+    }
     if lemma1 is not None:
-        estimate_se["plug-in (measured Lemma 1)"] = realised_term3_se(
-            lemma1, R, lambda u: evaluate({"lemma1": u}).compression
+        realised_se["plug-in (measured Lemma 1)"] = realised_term3_se(
+            lemma1.left.sum(axis=1), lemma1.rounds, weights
         )
     if fixed_step:
         observed = float(np.mean(norms))
@@ -1052,6 +1064,12 @@ def bound_vs_observed(
         verdict = "the recovered bound holds on this run" + (
             "" if hypotheses.certified else " (with estimated constants)"
         )
+        se = realised_se["recovered"]
+        if terms.total - 2 * se < observed:  # nan: False
+            verdict += (
+                f", but by less than two standard errors of its realised sum ({terms.total:.4g}"
+                f" - 2 x {se:.3g} < {observed:.4g}): not a clear verdict"
+            )
     else:
         verdict_word = "below observed"
         verdict = "BOUND BELOW OBSERVED: the recovered constants or form fail on this run"
@@ -1085,10 +1103,11 @@ def bound_vs_observed(
         share = t.compression / t.total if t.total > 0 else 0.0
         kind = "bound" if name in forms else "estimate"
         se_note = ""
-        if name in estimate_se:
+        if name in realised_se:
+            what = "left sides" if name in estimates else "compression errors"
             se_note = (
-                f"; standard error {estimate_se[name]:.3g} (the realised left sides' spread over "
-                "the probed rounds)"
+                f"; standard error {realised_se[name]:.3g} (the realised {what}' spread over "
+                "the rounds)"
             )
         rows += [
             [f"term 3 [{name}]", t.compression, f"{term_notes[2]} {notes[name]}"],
@@ -1104,7 +1123,7 @@ def bound_vs_observed(
         "Lemma 1)",
     )
     out.terms, out.forms, out.estimates = terms, forms, estimates
-    out.estimate_se = estimate_se
+    out.realised_se = realised_se
     out.hypotheses = hypotheses
     out.observed, out.ratio, out.ratios = observed, ratio, ratios
     out.theorem, out.reading, out.verdict = theorem, reading, verdict

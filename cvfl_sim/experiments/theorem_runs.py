@@ -290,10 +290,10 @@ def theorem_run(plan: RunPlan, seed: int = 0) -> dict[str, Any]:
         row[f"term3_{s}"] = t.compression
         row[f"total_{s}"] = t.total
         row[f"ratio_{s}"] = check.ratios[name]
-    # the plug-in sums realised left sides: its ratio's standard error (over the probed rounds)
-    row["ratio_plugin_se"] = (
-        check.estimate_se.get("plug-in (measured Lemma 1)", math.nan) / check.observed
-    )
+    # term 3 sums realised values (the recovered form's errors, the plug-in's left sides): the
+    # ratio's standard error over the rounds
+    for name, s in (("recovered", "rec"), ("plug-in (measured Lemma 1)", "plugin")):
+        row[f"ratio_{s}_se"] = check.realised_se.get(name, math.nan) / check.observed
     for form in ("tight (C4.5, ours)", "sampled (C4.8, ours)"):
         row[f"{SHORT[form]}_kind"] = (
             "bound" if form in check.forms else "estimate" if form in check.estimates else ""
@@ -343,6 +343,7 @@ COLUMNS = [
     "term3_rec",
     "total_rec",
     "ratio_rec",
+    "ratio_rec_se",
     "term3_tight",
     "total_tight",
     "ratio_tight",
@@ -395,7 +396,8 @@ def _md_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
     A tight or sampled ratio that is an estimate (``Q > 1``, or round starts without a probe) is
     marked ``est.``; a sampled ratio where C4.8 applied at no round start (top-k, a non-linear
-    head) reads ``n/a``; the plug-in estimate carries its standard error (``± se``).
+    head) reads ``n/a``; the recovered bound and the plug-in estimate, whose term 3 sums
+    realised values, carry its standard error (``± se``).
     """
     from .tables import format_cell
 
@@ -410,9 +412,10 @@ def _md_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 row[MD_COLUMNS[f"ratio_{s}"]] = f"{format_cell(r[f'ratio_{s}'])} est."
             elif not kind:
                 row[MD_COLUMNS[f"ratio_{s}"]] = "n/a"
-        if math.isfinite(r.get("ratio_plugin_se", math.nan)):
-            cell = MD_COLUMNS["ratio_plugin"]
-            row[cell] = f"{format_cell(r['ratio_plugin'])} ± {format_cell(r['ratio_plugin_se'])}"
+        for s in ("rec", "plugin"):
+            if math.isfinite(r.get(f"ratio_{s}_se", math.nan)):
+                ratio, se = format_cell(r[f"ratio_{s}"]), format_cell(r[f"ratio_{s}_se"])
+                row[MD_COLUMNS[f"ratio_{s}"]] = f"{ratio} ± {se}"
         out.append(row)
     return out
 
