@@ -159,7 +159,12 @@ def run_json(capsys, argv):
     """Exit code, parsed stdout and stderr of ``cvfl argv`` (its stdout: one JSON document)."""
     code = main(argv)
     out, err = capsys.readouterr()
-    return code, json.loads(out), err  # fails unless stdout is exactly one JSON document
+
+    def strict(name: str) -> float:  # NaN and Infinity are not JSON
+        raise ValueError(f"cvfl {' '.join(argv)} wrote {name}, which is not JSON")
+
+    # fails unless stdout is exactly one strict JSON document
+    return code, json.loads(out, parse_constant=strict), err
 
 
 # ------------------------------------------------------------------------------ subprocesses

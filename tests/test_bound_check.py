@@ -210,6 +210,15 @@ def test_cli_quick_json(capsys):
     assert "constants: point 2/2" in err  # progress on stderr
 
 
+def test_cli_json_is_strict_where_a_standard_error_is_nan(capsys):
+    """One round (B = the whole data set): no spread to read, so the standard errors are nan,
+    written as the string "nan" (run_json refuses a bare NaN, which is not JSON)."""
+    code, data, _ = run_json(capsys, ["bound", "--quick", "--json", "--batch-size", "456"])
+    assert code == 0 and data["lemma1"]["probes"] == 1
+    assert data["bound"]["forms"]["recovered"]["se"] == "nan"
+    assert data["bound"]["estimates"]["plug-in (measured Lemma 1)"]["se"] == "nan"
+
+
 def test_cli_sampled_later_json(capsys):
     """``--sampled-later`` at Q = 3 (the analytic model, steps 0 and Q - 1 probed): the tight and
     sampled forms are bounds (C4.9 at every local step); without it the sampled one is not."""
@@ -296,26 +305,29 @@ def test_the_plug_in_carries_the_standard_error_of_its_realised_sum(probed, tmp_
     assert chk.to_dict()["estimates"]["plug-in (measured Lemma 1)"]["se"] == se
     assert f"standard error {se:.3g}" in str(chk.rows)
     assert BoundCheck.load(chk.save(tmp_path / "se")).realised_se == chk.realised_se
-    # the recovered form sums each round's realised errors: 92/R sum_t X_t, every round drawn
+    # the recovered form sums each round's realised errors: 92/R sum_t X_t, every round drawn,
+    # with the H_m, G_m its term 3 takes (raised to the probe's maxima with the probe)
     E = np.zeros((R, 5))
     E[:, 0] = run.rounds["server_model_error"]
     E[:, 1:] = run.rounds["embedding_error_by_party"]
-    w = np.asarray(c.H) ** 2 * np.asarray(c.G) ** 2
-    X = np.sum(w * (E.sum(axis=1, keepdims=True) - E), axis=1)  # the plain run's H, G
-    plain = bound_vs_observed(run, c)
-    want = 92 * np.std(X, ddof=1) / np.sqrt(R)
-    assert plain.realised_se["recovered"] == pytest.approx(want, rel=1e-12)
-    assert plain.to_dict()["forms"]["recovered"]["se"] == plain.realised_se["recovered"]
+    for check, consts in ((bound_vs_observed(run, c), c), (chk, c.with_lemma1(rep))):
+        w = np.asarray(consts.H) ** 2 * np.asarray(consts.G) ** 2
+        X = np.sum(w * (E.sum(axis=1, keepdims=True) - E), axis=1)
+        assert 92 / R * X.sum() == pytest.approx(check.terms.compression, rel=1e-12)
+        want = 92 * np.std(X, ddof=1) / np.sqrt(R)
+        assert check.realised_se["recovered"] == pytest.approx(want, rel=1e-12)
+        assert check.to_dict()["forms"]["recovered"]["se"] == check.realised_se["recovered"]
 
 
 def test_the_realised_standard_error_counts_the_unprobed_rounds_fill():
-    """Rounds 1, 4, 6 of 7 unprobed (filled with the mean of every probe), two probes a round,
-    an uneven linear term 3: the standard error is s_Y sqrt(k) times the norm of term 3's
-    gradient in the probes' values, computed here from the fill rule itself."""
+    """Rounds 1, 4, 6 of 7 without a probe (filled with the mean of every probe, a probe of
+    round 8 >= R included), 1 to 3 probes a round, an uneven linear term 3: the standard error
+    is s times the norm of c, c_t = sum of term 3's gradient over round t's probes times k_t,
+    the gradient read from the fill rule itself."""
     from cvfl_sim.bounds.theorems import realised_term3_se
 
     R, w = 7, np.arange(1.0, 8.0)
-    rounds = np.array([0, 0, 2, 2, 3, 3, 5, 5])
+    rounds = np.array([0, 2, 2, 2, 3, 5, 5, 8])
     left = np.random.default_rng(0).random((rounds.size, 3))
 
     def term3(z):  # the probes' summed left sides -> term 3, by the fill rule
@@ -323,10 +335,13 @@ def test_the_realised_standard_error_counts_the_unprobed_rounds_fill():
         return float(w @ per)
 
     grad = np.array([term3(np.eye(rounds.size)[p]) for p in range(rounds.size)])
-    Y = np.array([left.sum(axis=1)[rounds == t].mean() for t in (0, 2, 3, 5)])
+    drawn = np.unique(rounds)
+    c = np.array([grad[rounds == t].sum() for t in drawn])  # Y_t = mean: d/dY_t = k_t grad_p
+    Y = np.array([left.sum(axis=1)[rounds == t].mean() for t in drawn])
+    assert term3(left.sum(axis=1)) == pytest.approx(c @ Y, rel=1e-12)  # linear in the Y_t
     got = realised_term3_se(left.sum(axis=1), rounds, w)
-    assert got == pytest.approx(np.std(Y, ddof=1) * np.sqrt(2) * np.linalg.norm(grad), rel=1e-12)
-    one = realised_term3_se(left[:2].sum(axis=1), rounds[:2], w)
+    assert got == pytest.approx(np.std(Y, ddof=1) * np.linalg.norm(c), rel=1e-12)
+    one = realised_term3_se(left[:2].sum(axis=1), np.array([0, 0]), w)
     assert np.isnan(one)  # one round: no spread to read
 
 

@@ -117,17 +117,21 @@ def test_where_the_hypotheses_hold_the_verdict_is_read(run_and_constants):
 def test_a_bound_within_two_standard_errors_of_the_observed_is_not_a_clear_verdict(
     run_and_constants,
 ):
-    """Term 3 alone (a sum of realised errors), scaled to 1.01 times the observed value: it
-    'holds', but within two of its standard errors of the observed value, so the verdict says
-    that is not clear; at 3 times it is clear."""
+    """Term 3 alone (a sum of realised errors), scaled to 1.01 (0.99) times the observed value:
+    it 'holds' ('is below'), but within two of its standard errors of the observed value, so
+    the verdict says that is not clear; at 3 times it is clear."""
     run, consts = run_and_constants
     base = bound_vs_observed(run, consts(0.5), c_opt=0.0, c_var=0.0)
-    for factor, clear in ((1.01, False), (3.0, True)):
+    assert 0 < 2 * base.realised_se["recovered"] < 0.5 * base.terms.total  # a spread, not zero
+    for factor, clear, word in ((1.01, False, "holds"), (3.0, True, "holds"), (0.99, False, "")):
         c3 = 92.0 * factor * base.observed / base.terms.total
         chk = bound_vs_observed(run, consts(0.5), c_opt=0.0, c_var=0.0, c_comp=c3)
         assert chk.applies and chk.ratio == pytest.approx(factor, rel=1e-9)
-        assert 0 < 2 * chk.realised_se["recovered"] < base.observed  # a spread, not zero
-        assert chk.verdict.startswith("the recovered bound holds on this run")
+        se = base.realised_se["recovered"] * c3 / 92.0  # term 3 and its spread scale with c_3
+        assert chk.realised_se["recovered"] == pytest.approx(se, rel=1e-12)
+        assert chk.verdict.startswith(
+            "the recovered bound holds on this run" if word else "BOUND BELOW OBSERVED"
+        )
         assert ("not a clear verdict" in chk.verdict) == (not clear)
 
 

@@ -489,9 +489,10 @@ class BoundCheck(Table):
         round's dither after its start; or rounds without a probe, filled with the probed ones'
         mean).
     realised_se : dict of str to float
-        The standard error of a form's or an estimate's total where its term 3 sums realised
-        values (:func:`realised_term3_se`): the recovered form's realised compression errors,
-        the plug-in's realised left sides; ``nan`` with fewer than two rounds.
+        An estimate of the standard error of a form's or an estimate's total where its term 3
+        sums realised values (:func:`realised_term3_se`): the recovered form's realised
+        compression errors, the plug-in's realised left sides; ``nan`` with fewer than two
+        rounds.
     hypotheses : Applicability
         The theorem's hypotheses on the run (``applies``, ``why``).
     observed : float
@@ -720,44 +721,51 @@ def _bound_per_round(
 
 
 def realised_term3_se(values: np.ndarray, rounds: np.ndarray, weights: np.ndarray) -> float:
-    r"""The standard error of a term 3 that sums realised values (one draw each).
+    r"""An estimate of the standard error of a term 3 that sums realised values (one draw each).
 
     ``values[p]`` is draw ``p``'s term-3 quantity summed over the blocks, in round
     ``rounds[p]``: the probe's realised Lemma-1 left sides (the plug-in estimate), or each
     round's :math:`\sum_m H_m^2 G_m^2 \sum_{j \ne m} E_j` from its realised compression errors
-    (the recovered form). Term 3 is :math:`\sum_t a_t Y_t` over the rounds
-    (:func:`cvfl_theory.bounds.compression_weights`),
-    :math:`Y_t` the mean of round :math:`t`'s :math:`k_t` draws, and a round without a draw the
-    mean of every draw (as :meth:`Lemma1Report.per_round` fills it). So it is
-    :math:`\sum_{t \in \mathcal P} c_t Y_t` over the rounds with draws, :math:`c_t = a_t + k_t
-    A / N` (:math:`A` the other rounds' :math:`a_t`, :math:`N` the draws). Each round draws its
-    own dither and batch, so given the run up to a round its value is a fresh draw, and the
-    variance of the sum is the sum of the rounds' variances. Each is estimated by the sample
-    variance :math:`s^2` of the :math:`Y_t`, which also holds the drift of their expectations
-    along the run: if anything too large. Returns :math:`s \sqrt{\sum_t c_t^2}`, ``nan`` with
-    fewer than two rounds with draws.
+    (the recovered form). Term 3 is :math:`\sum_{t < R} a_t Y_t`
+    (:func:`cvfl_theory.bounds.compression_weights`), :math:`Y_t` the mean of round :math:`t`'s
+    :math:`k_t` draws, and a round without a draw the mean of every draw (as
+    :meth:`Lemma1Report.per_round` fills it, draws of rounds :math:`\ge R` included). So it is
+    :math:`\sum_t c_t Y_t` over the rounds with draws, :math:`c_t = a_t + k_t A / N`
+    (:math:`a_t = 0` for :math:`t \ge R`, :math:`A` the weights of the rounds without a draw,
+    :math:`N` the draws).
+
+    What it estimates: the spread of that sum about the sum of its rounds' conditional
+    expectations (given the run before each round, whose dither and batch are fresh draws):
+    those deviations are uncorrelated, so their variances add. Each round's is estimated by
+    the sample variance :math:`s^2` of the :math:`Y_t` over the :math:`n` rounds, which also
+    holds the spread of their conditional means; so with equal weights (Theorem 4.2, every
+    round drawn) it is on average at least their mean, but it is an estimate from :math:`n`
+    rounds, and with unequal weights (Theorem 4.4's :math:`\eta_t`, an uneven fill) it can
+    read low where the variance is largest where the weight is. The variation between whole
+    runs (other trajectories) is not in it. Returns :math:`s \sqrt{\sum_t c_t^2}`, ``nan``
+    with fewer than two rounds with draws.
 
     Parameters
     ----------
     values : numpy.ndarray
         ``(N,)`` realised values.
     rounds : numpy.ndarray
-        ``(N,)`` their rounds (those ``>= R`` are left out).
+        ``(N,)`` their rounds.
     weights : numpy.ndarray
         ``(R,)`` term 3's :math:`a_t` (:func:`cvfl_theory.bounds.compression_weights`).
     """
     a = np.asarray(weights, dtype=np.float64)
     R = a.size
-    inside = rounds < R
-    Z, at = np.asarray(values, dtype=np.float64)[inside], rounds[inside]
-    drawn = np.unique(at)
+    Z = np.asarray(values, dtype=np.float64)
+    drawn = np.unique(rounds)
     if drawn.size < 2:
         return math.nan
-    k = np.array([np.count_nonzero(at == t) for t in drawn], dtype=np.float64)
-    Y = np.array([Z[at == t].mean() for t in drawn])
-    others = np.ones(R, dtype=bool)
-    others[drawn] = False
-    c = a[drawn] + k * float(a[others].sum()) / Z.size
+    k = np.array([np.count_nonzero(rounds == t) for t in drawn], dtype=np.float64)
+    Y = np.array([Z[rounds == t].mean() for t in drawn])
+    without = np.ones(R, dtype=bool)
+    without[drawn[drawn < R]] = False
+    own = np.where(drawn < R, a[np.minimum(drawn, R - 1)], 0.0)
+    c = own + k * float(a[without].sum()) / Z.size
     return float(np.std(Y, ddof=1) * np.sqrt(np.sum(c**2)))
 
 
@@ -1064,15 +1072,18 @@ def bound_vs_observed(
         verdict = "the recovered bound holds on this run" + (
             "" if hypotheses.certified else " (with estimated constants)"
         )
-        se = realised_se["recovered"]
-        if terms.total - 2 * se < observed:  # nan: False
-            verdict += (
-                f", but by less than two standard errors of its realised sum ({terms.total:.4g}"
-                f" - 2 x {se:.3g} < {observed:.4g}): not a clear verdict"
-            )
     else:
         verdict_word = "below observed"
         verdict = "BOUND BELOW OBSERVED: the recovered constants or form fail on this run"
+    se = realised_se["recovered"]
+    if hypotheses.applies and math.isnan(se):
+        verdict += " (term 3's realised sum has no standard error: fewer than two rounds)"
+    elif hypotheses.applies and abs(terms.total - observed) < 2 * se:
+        verdict += (
+            f", by less than two standard errors of term 3's realised sum (|{terms.total:.4g}"
+            f" - {observed:.4g}| < 2 x {se:.3g}): not a clear verdict (the observed value and "
+            "term 1 are one run's, with noise of their own not counted here)"
+        )
     rows: list[list[Any]] = [
         [f"hypothesis: {h.name}", h.status, h.detail] for h in hypotheses.hypotheses
     ]

@@ -213,7 +213,11 @@ def _run(args: argparse.Namespace) -> int:
             "bound": check.to_dict(),
             "seconds": time.perf_counter() - start,
         }
-        print(json.dumps(out, indent=1, default=str))
+        from cvfl_theory._export import json_safe
+
+        # strict JSON: a nan (an estimate's standard error from fewer than two rounds, a ratio
+        # without an observed value) is written as the string "nan"
+        print(json.dumps(json_safe(out), indent=1, default=str))
         return 0
     print(consts)
     print()

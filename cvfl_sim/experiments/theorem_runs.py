@@ -293,7 +293,8 @@ def theorem_run(plan: RunPlan, seed: int = 0) -> dict[str, Any]:
     # term 3 sums realised values (the recovered form's errors, the plug-in's left sides): the
     # ratio's standard error over the rounds
     for name, s in (("recovered", "rec"), ("plug-in (measured Lemma 1)", "plugin")):
-        row[f"ratio_{s}_se"] = check.realised_se.get(name, math.nan) / check.observed
+        se = check.realised_se.get(name, math.nan)
+        row[f"ratio_{s}_se"] = se / check.observed if check.observed > 0 else math.nan
     for form in ("tight (C4.5, ours)", "sampled (C4.8, ours)"):
         row[f"{SHORT[form]}_kind"] = (
             "bound" if form in check.forms else "estimate" if form in check.estimates else ""
