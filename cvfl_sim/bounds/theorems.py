@@ -740,9 +740,9 @@ def realised_term3_se(values: np.ndarray, rounds: np.ndarray, weights: np.ndarra
     the sample variance :math:`s^2` of the :math:`Y_t` over the :math:`n` rounds, which also
     holds the spread of their conditional means; so with equal weights (Theorem 4.2, every
     round drawn) it is on average at least their mean, but it is an estimate from :math:`n`
-    rounds, and with unequal weights (Theorem 4.4's :math:`\eta_t`, an uneven fill) it can
-    read low where the variance is largest where the weight is. The variation between whole
-    runs (other trajectories) is not in it. Returns :math:`s \sqrt{\sum_t c_t^2}`, ``nan``
+    rounds; with unequal weights (Theorem 4.4's :math:`\eta_t`, an uneven fill) it can read
+    low, when the variance is largest where the weight is. The variation between whole runs
+    (other trajectories) is not in it. Returns :math:`s \sqrt{\sum_t c_t^2}`, ``nan``
     with fewer than two rounds with draws.
 
     Parameters
