@@ -137,8 +137,8 @@ def compression_weights(Q: int, etas: Any, fixed_step: bool, c_comp: float = C_C
     Term 3 of :func:`theorem_4_2` is :math:`\frac{c_3 Q^2}{R} \sum_{t_0} A^{t_0}` and of
     :func:`theorem_4_4` :math:`c_3 Q^3 \sum_{t_0} \eta^{t_0} A^{t_0} / (Q \sum_{t_0}
     \eta^{t_0})`: both are :math:`\sum_{t_0} a_{t_0} A^{t_0}`, with :math:`a_{t_0} = c_3
-    Q^2 / R` and :math:`a_{t_0} = c_3 Q^2 \eta^{t_0} / \sum_t \eta^t`. What the standard error of
-    a term 3 that sums realised values needs (``cvfl_sim.bounds.theorems``).
+    Q^2 / R` and :math:`a_{t_0} = c_3 Q^2 \eta^{t_0} / \sum_t \eta^t`. The standard error of a
+    term 3 that sums realised values is taken with them (``cvfl_sim.bounds.theorems``).
 
     Parameters
     ----------

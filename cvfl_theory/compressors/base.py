@@ -578,8 +578,9 @@ class Compressor(ABC):
 
         Only a ``name`` set in the class's own body registers: a subclass that inherits its
         parent's name (a user's wrapper of :class:`ScalarQuantizer`, say) leaves the parent
-        the decoder of that name. A second class naming itself as a registered name is
-        refused (``TypeError``), so no later definition can change what a message builds.
+        the decoder of that name. Another class naming itself as a registered name is
+        refused (``TypeError``), so no later definition can change what a message builds; the
+        same class defined again (its module reloaded) replaces itself.
         """
         super().__init_subclass__(**kwargs)
         name = cls.__dict__.get("name", "")
